@@ -1,0 +1,50 @@
+"""Shared fixtures: run the real CLI in a subprocess and read the real sqlite MLflow store."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+TEST_CONF = f"hydra.searchpath=[file://{TESTS / 'conf'}]"  # test models (tests/conf/model)
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m sweeps ARGS`` in ``cwd`` (so ./mlruns lands there), test models importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def store(cwd: Path) -> MlflowClient:
+    """Client on the default store a run in ``cwd`` writes: sqlite:///<cwd>/mlruns/mlflow.db."""
+    return MlflowClient(f"sqlite:///{cwd / 'mlruns' / 'mlflow.db'}")
+
+
+def runs(cwd: Path, experiment: str = "sweeps") -> list:
+    """All runs of ``experiment`` in the default store under ``cwd``, oldest first."""
+    client = store(cwd)
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None, f"experiment {experiment!r} not in the store under {cwd}"
+    return client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+@pytest.fixture
+def tiny(tmp_path) -> list[str]:
+    """Overrides for a tiny, fast CPU job on synthetic 1×8×8 images."""
+    return ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32",
+            "epochs=2", "device=cpu", TEST_CONF]
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} not present (it sits beside the repo on dev and CI machines)")
+    return SHARED_DATA

@@ -1,0 +1,40 @@
+"""Test models that fail on purpose, reachable from a real Hydra multirun through
+``hydra.searchpath`` (tests/conf) and ``PYTHONPATH`` (this folder)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+
+class OOMAbove(nn.Module):
+    """A small MLP whose forward runs out of memory when the batch exceeds ``max_batch``.
+
+    ``kind=torch`` raises ``torch.OutOfMemoryError`` (what a CUDA allocator raises; faked here, at
+    the hardware boundary); ``kind=cpu`` asks the real CPU allocator for 2**60 bytes, which fails
+    with its own out-of-memory RuntimeError.
+    """
+
+    def __init__(self, in_shape: Sequence[int], num_outputs: int, max_batch: int = 32, kind: str = "torch"):
+        super().__init__()
+        self.max_batch, self.kind = max_batch, kind
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(int(torch.tensor(in_shape).prod()), num_outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if len(x) > self.max_batch:
+            if self.kind == "cpu":
+                torch.empty(2**60, dtype=torch.uint8)
+            raise torch.OutOfMemoryError(f"CUDA out of memory (test model: batch {len(x)} > {self.max_batch})")
+        return self.net(x)
+
+
+class Broken(nn.Module):
+    """A model whose forward raises a plain error (a bug, not an OOM)."""
+
+    def __init__(self, in_shape: Sequence[int], num_outputs: int):
+        super().__init__()
+        self.fc = nn.Linear(1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("broken on purpose\nsecond line that must not reach the tag")

@@ -1,0 +1,54 @@
+"""Sweeps on real data that is here offline: MNIST digits as an ImageFolder, scikit-learn's diabetes."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import run_cli, runs, store
+
+
+def _jobs(cwd, experiment="sweeps"):
+    return {r.info.run_name: r for r in runs(cwd, experiment) if "mlflow.parentRunId" in r.data.tags}
+
+
+def test_mlp_on_real_mnist_images_reaches_90_percent(tmp_path, shared_data):
+    proc = run_cli(["-m", "model=mlp", "dataset=imagefolder", f"dataset.root={shared_data / 'mnist-10k-imagefolder'}",
+                    "batch=64,256", "epochs=2", "device=cpu"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = _jobs(tmp_path)
+    assert set(jobs) == {"batch=64", "batch=256"}
+    for job in jobs.values():
+        assert job.data.tags["outcome"] == "ok"
+        assert job.data.metrics["test/final_acc"] >= 0.90
+        assert job.data.params["dataset.channels"] == "None"  # auto-detected: grayscale → 1 channel
+        assert job.data.metrics["model/params"] == 784 * 1000 + 1000 + 1000 * 1000 + 1000 + 1000 * 10 + 10
+
+
+def test_diabetes_regression_full_batch_and_minibatch(tmp_path):
+    proc = run_cli(["-m", "+experiment=diabetes", "epochs=20"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = _jobs(tmp_path, "diabetes")
+    assert set(jobs) == {"batch=full", "batch=32"}
+    full, mini = jobs["batch=full"], jobs["batch=32"]
+    assert full.data.metrics["batch_size"] == 354  # the whole training split in one step
+    assert full.data.metrics["lr"] == pytest.approx(0.01)  # lr_scaling=none
+    client = store(tmp_path)
+    for job in (full, mini):
+        assert "test/acc" not in job.data.metrics and "train/acc" not in job.data.metrics
+        rmse = client.get_metric_history(job.info.run_id, "test/rmse")
+        assert [m.step for m in sorted(rmse, key=lambda m: m.step)] == list(range(1, 21))
+        # RMSE in the target's units: the target's std is ~77, a trained model does better than that
+        assert 0 < job.data.metrics["test/final_rmse"] < 77 and math.isfinite(job.data.metrics["test/final_rmse"])
+    assert "rmse" in proc.stdout[proc.stdout.rindex("first epoch s"):]
+
+
+@pytest.mark.slow
+def test_offline_mnist_preset(tmp_path, shared_data, monkeypatch):
+    """The README's offline example: mlp and cnn10 at batch 64 and 256, 2 epochs on the CPU (~6 min)."""
+    proc = run_cli(["-m", "+experiment=offline_mnist",
+                    f"dataset.root={shared_data / 'mnist-10k-imagefolder'}"], tmp_path, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = _jobs(tmp_path, "offline_mnist")
+    assert len(jobs) == 4 and all(j.data.tags["outcome"] == "ok" for j in jobs.values())
+    assert all(j.data.metrics["test/final_acc"] >= 0.90 for j in jobs.values())

@@ -1,0 +1,130 @@
+"""A real multirun through the CLI against a real sqlite MLflow store: nesting, outcomes, names."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from conftest import TEST_CONF, run_cli, runs, store
+
+EPOCH_METRICS = {"time/epoch_s", "time/eval_s", "phase/sum_s", "train/loss", "train/acc", "test/loss",
+                 "test/acc", "phase/data_ms", "phase/forward_ms", "phase/backward_ms", "phase/optimizer_ms",
+                 "perf/samples_per_s", "train/lr"}
+SUMMARY_METRICS = {"time/first_epoch_s", "time/median_epoch_s", "time/total_s", "test/final_acc",
+                   "mem/peak_mb", "batch_size", "lr"}
+
+
+@pytest.fixture(scope="module")
+def oom_sweep(tmp_path_factory):
+    """model=oom_above,mlp × batch=16,64: the OOM job (oom_above, 64) comes second, jobs follow it."""
+    cwd = tmp_path_factory.mktemp("oom_sweep")
+    args = ["-m", "model=oom_above,mlp", "batch=16,64", "dataset=synthetic", "dataset.shape=[1,8,8]",
+            "dataset.train_size=128", "dataset.test_size=32", "epochs=2", "device=cpu",
+            TEST_CONF]
+    return cwd, run_cli(args, cwd)
+
+
+def test_sweep_finishes_with_exit_0_despite_oom(oom_sweep):
+    cwd, proc = oom_sweep
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_one_parent_run_with_every_job_nested(oom_sweep):
+    cwd, _ = oom_sweep
+    all_runs = runs(cwd)
+    parents = [r for r in all_runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in all_runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert parents[0].data.tags["sweeps.kind"] == "sweep"
+    assert len(children) == 4
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    assert parents[0].data.tags["outcomes.ok"] == "3" and parents[0].data.tags["outcomes.oom"] == "1"
+
+
+def test_outcomes_and_job_names(oom_sweep):
+    cwd, _ = oom_sweep
+    children = [r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags]
+    by_name = {c.info.run_name: c for c in children}
+    # job names show only the swept keys, in the order given
+    assert set(by_name) == {"model=oom_above batch=16", "model=oom_above batch=64", "model=mlp batch=16",
+                            "model=mlp batch=64"}
+    oom = by_name["model=oom_above batch=64"]
+    assert oom.data.tags["outcome"] == "oom"
+    assert "out of memory" in oom.data.tags["error"].lower() and "\n" not in oom.data.tags["error"]
+    assert oom.info.status == "FINISHED"
+    for name in set(by_name) - {"model=oom_above batch=64"}:
+        assert by_name[name].data.tags["outcome"] == "ok" and by_name[name].info.status == "FINISHED"
+    # the jobs after the OOM ran in full
+    order = [c.info.run_name for c in children]
+    assert order.index("model=oom_above batch=64") < order.index("model=mlp batch=64")
+
+
+def test_contract_metrics_params_tags_artifacts(oom_sweep):
+    cwd, _ = oom_sweep
+    client = store(cwd)
+    job = next(r for r in runs(cwd) if r.info.run_name == "model=mlp batch=64")
+    assert SUMMARY_METRICS <= set(job.data.metrics)
+    assert job.data.metrics["batch_size"] == 64
+    assert job.data.metrics["lr"] == pytest.approx(0.1 * 64 / 128)  # linear scaling from 0.1 @ 128
+    for key in EPOCH_METRICS:
+        history = client.get_metric_history(job.info.run_id, key)
+        assert sorted(m.step for m in history) == [1, 2], key  # once per epoch, steps from 1
+    # Σ phases next to the epoch time: the phases account for the epoch
+    for epoch_s, phases_s in zip(*(sorted((m.step, m.value) for m in client.get_metric_history(job.info.run_id, k))
+                                   for k in ("time/epoch_s", "phase/sum_s"))):
+        assert phases_s[1] <= epoch_s[1] * 1.001
+        assert phases_s[1] >= 0.5 * epoch_s[1]
+    params = job.data.params
+    assert params["batch"] == "64" and params["model"] == "mlp" and params["dataset.name"] == "synthetic"
+    assert params["optimizer.momentum"] == "0.9" and params["lr_scaling.rule"] == "linear"
+    for tag in ("env.host", "env.cpu", "env.cores", "env.ram_gb", "env.gpus", "env.driver", "env.cuda",
+                "env.torch", "env.torchvision", "env.git_commit"):
+        assert job.data.tags.get(tag), tag
+    assert job.data.tags["env.torch"] == torch.__version__
+    artifacts = {a.path for a in client.list_artifacts(job.info.run_id)}
+    assert {"config.yaml", "epochs.csv"} <= artifacts
+    local = client.download_artifacts(job.info.run_id, "epochs.csv", str(cwd))
+    with open(local) as f:
+        table = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in table] == [1, 2]
+
+
+def test_console_shows_epoch_table_and_summary(oom_sweep):
+    _, proc = oom_sweep
+    out = proc.stdout + proc.stderr
+    assert "train loss" in out and "test acc" in out and "elapsed s" in out
+    summary = out[out.rindex("first epoch s"):]
+    assert "model=oom_above batch=64" in summary and "OOM" in summary
+    assert "4 job(s): 3 ok, 1 oom" in summary
+
+
+def test_error_job_is_logged_failed_and_sweep_goes_on(tmp_path, tiny):
+    proc = run_cli(["-m", "model=broken,mlp", "batch=32", *tiny], tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    children = {r.info.run_name: r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags}
+    broken, mlp = children["model=broken"], children["model=mlp"]
+    assert broken.info.status == "FAILED" and broken.data.tags["outcome"] == "error"
+    assert broken.data.tags["error"] == "ValueError: broken on purpose"
+    assert mlp.info.status == "FINISHED" and mlp.data.tags["outcome"] == "ok"
+    parent = next(r for r in runs(tmp_path) if "mlflow.parentRunId" not in r.data.tags)
+    assert parent.info.status == "FINISHED" and parent.data.tags["outcomes.error"] == "1"
+
+
+def test_single_run_is_a_plain_run_and_cpu_allocator_oom_is_caught(tmp_path, tiny):
+    proc = run_cli(["model=oom_above", "model.kind=cpu", "batch=64", *tiny], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run,) = runs(tmp_path)
+    assert "mlflow.parentRunId" not in run.data.tags
+    assert run.data.tags["outcome"] == "oom"
+    assert "can't allocate memory" in run.data.tags["error"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_cuda_without_gpu_is_unavailable(tmp_path, tiny):
+    proc = run_cli(["model=mlp", "batch=32", *tiny, "device=cuda"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run,) = runs(tmp_path)
+    assert run.data.tags["outcome"] == "unavailable"
+    assert "device=cuda" in run.data.tags["error"]

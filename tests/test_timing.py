@@ -1,0 +1,87 @@
+"""The timing core attributes time to the right phase and accounts for the whole epoch."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from sweeps import timing
+from sweeps.timing import PHASES, PhaseTimer, wall_clock
+
+
+def _step(timer: PhaseTimer, sleeps_s: dict[str, float]) -> None:
+    for phase in PHASES:
+        time.sleep(sleeps_s.get(phase, 0.0))
+        timer.mark()
+
+
+def test_cpu_phases_are_attributed_and_sum_to_the_epoch():
+    timer = PhaseTimer(torch.device("cpu"))
+    with wall_clock(torch.device("cpu")) as clock:
+        timer.start()
+        for _ in range(3):
+            _step(timer, {"data": 0.002, "forward": 0.010, "backward": 0.020, "optimizer": 0.001})
+    s = timer.summary()
+    assert s["steps"] == 3
+    # each phase holds at least its own sleep, and the order is kept
+    assert s["data"] >= 2 and s["forward"] >= 10 and s["backward"] >= 20 and s["optimizer"] >= 1
+    assert s["backward"] > s["forward"] > s["data"]
+    # consecutive phases share their marks: Σ phases is the span from first to last mark
+    assert s["total_ms"] == pytest.approx(sum(s[p] for p in PHASES) * 3)
+    assert s["total_ms"] <= clock["s"] * 1e3
+
+
+def test_empty_epoch_summary():
+    timer = PhaseTimer(torch.device("cpu"))
+    timer.start()
+    assert timer.summary() == {**{p: 0.0 for p in PHASES}, "steps": 0, "total_ms": 0.0}
+
+
+class FakeEvent:
+    """Stands in for torch.cuda.Event at the hardware boundary: a timestamp set on record()."""
+    synchronized = 0
+
+    def __init__(self, enable_timing: bool = False):
+        assert enable_timing
+        self.t = None
+
+    def record(self):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        FakeEvent.synchronized += 1
+
+    def elapsed_time(self, other: "FakeEvent") -> float:
+        return (other.t - self.t) * 1e3
+
+
+def test_cuda_path_records_events_and_synchronizes_once_per_epoch(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    synced = []
+    monkeypatch.setattr(timing, "synchronize", lambda device: synced.append(device))
+    timer = PhaseTimer(torch.device("cuda", 0))
+    for epoch in range(2):
+        FakeEvent.synchronized = 0
+        timer.start()
+        for _ in range(4):
+            _step(timer, {"forward": 0.003})
+        s = timer.summary()
+        assert FakeEvent.synchronized == 1  # one sync per epoch, none per step
+        assert s["steps"] == 4 and s["forward"] >= 3
+    assert len(timer._events) == 1 + 4 * 4  # the pool is reused, not grown, in epoch 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_real_cuda_events_time_gpu_work():
+    dev = torch.device("cuda")
+    a = torch.randn(4096, 4096, device=dev)
+    timer = PhaseTimer(dev)
+    timer.start()
+    for _ in range(3):
+        timer.mark()
+        for _ in range(10):
+            a = a @ a / 4096
+        timer.mark(); timer.mark(); timer.mark()
+    s = timer.summary()
+    assert s["forward"] > 10 * s["backward"]
