@@ -21,7 +21,7 @@ from omegaconf import MISSING, DictConfig
 from sweeps.errors import UsageError
 
 # The project's config directory; @hydra.main and the tests compose from it.
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # a link to the repo's conf/ (see pyproject)
 
 
 @dataclass

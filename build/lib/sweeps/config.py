@@ -1,0 +1,179 @@
+"""Config schema: dataclasses registered in Hydra's ConfigStore and checks Hydra cannot express.
+
+The YAML files under ``conf/`` are merged into these typed nodes, so a misspelt key
+(``dataset.rooot=x``) or a wrong type (``epochs=abc``) fails at composition with Hydra's own
+message. What a type cannot say (``batch`` is a positive int *or* ``full``; ``batch`` ≤ 0) is
+checked by :func:`validate`, which raises :class:`sweeps.errors.UsageError` with one line.
+
+Models are the exception: each model option has its own schema (``model/base_<name>``) because
+their fields differ and the node is passed to the model's constructor through ``_target_``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig
+
+from sweeps.errors import UsageError
+
+# The project's config directory; @hydra.main and the tests compose from it.
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # a link to the repo's conf/ (see pyproject)
+
+
+@dataclass
+class DatasetConfig:
+    name: str = MISSING  # cifar10 | mnist | imagefolder | diabetes | synthetic
+    root: str = "data"  # where the files live (relative paths: to the directory sweeps runs in)
+    download: bool = True  # let torchvision fetch the files when they are missing
+    train_size: Optional[int] = None  # seeded subset of N training examples (None: all)
+    test_size: Optional[int] = None  # seeded subset of N test examples (None: all)
+    augment: bool = False  # random crop (pad 4) + horizontal flip on training images
+    num_workers: Optional[int] = None  # DataLoader worker processes (None: chosen per dataset)
+    channels: Optional[int] = None  # imagefolder: 1 or 3 (None: from the first image's mode)
+    image_size: Optional[int] = None  # imagefolder: resize to N×N (None: keep)
+    shape: List[int] = field(default_factory=lambda: [3, 32, 32])  # synthetic: one sample's shape
+    num_classes: int = 10  # synthetic: number of classes
+    test_fraction: float = 0.2  # diabetes: share of rows held out for test
+
+
+@dataclass
+class DeviceConfig:
+    name: str = MISSING  # auto | cpu | cuda
+    index: int = 0  # cuda: which GPU
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = MISSING  # sgd | adam
+    base_lr: float = 0.1  # learning rate at lr_scaling.base_batch examples per step
+    momentum: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+
+
+@dataclass
+class LRScalingConfig:
+    rule: str = MISSING  # linear | sqrt | none
+    base_batch: int = 128  # the batch size at which optimizer.base_lr applies
+
+
+@dataclass
+class ScheduleConfig:
+    name: str = MISSING  # multistep | constant | cosine
+    milestones: List[float] = field(default_factory=lambda: [0.5, 0.8])  # fractions of epochs
+    gamma: float = 0.1  # multistep: lr factor at each milestone
+
+
+@dataclass
+class PrecisionConfig:
+    name: str = MISSING  # fp32
+
+
+@dataclass
+class MLflowConfig:
+    tracking_uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite under ./mlruns
+    experiment: str = "sweeps"
+
+
+@dataclass
+class Config:
+    model: Any = MISSING
+    dataset: DatasetConfig = MISSING
+    device: DeviceConfig = MISSING
+    optimizer: OptimizerConfig = MISSING
+    lr_scaling: LRScalingConfig = MISSING
+    schedule: ScheduleConfig = MISSING
+    precision: PrecisionConfig = MISSING
+    mlflow: MLflowConfig = field(default_factory=MLflowConfig)
+    batch: Any = 128  # global batch size (examples per optimizer step), or "full"
+    epochs: int = 100
+    seed: int = 0
+    log_every_s: float = 2.0  # show a progress bar for epochs that take longer than this (s)
+
+
+@dataclass
+class CNN10Config:
+    _target_: str = "sweeps.models.CNN10"
+    widths: List[int] = field(default_factory=lambda: [64, 128, 256])
+    convs_per_stage: int = 3
+
+
+@dataclass
+class WideResNetConfig:
+    _target_: str = "sweeps.models.WideResNet"
+    depth: int = 28
+    width: int = 10
+    dropout: float = 0.0
+
+
+@dataclass
+class MLPConfig:
+    _target_: str = "sweeps.models.MLP"
+    hidden: List[int] = field(default_factory=lambda: [1000, 1000])
+    dropout: float = 0.0
+
+
+@dataclass
+class ResNet50Config:
+    _target_: str = "sweeps.models.resnet50"
+
+
+def register() -> None:
+    """Store the schemas in Hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for name, node in [("cnn10", CNN10Config), ("wrn", WideResNetConfig), ("mlp", MLPConfig),
+                       ("resnet50", ResNet50Config)]:
+        cs.store(group="schema/model", name=name, node=node)
+
+
+def batch_size(cfg: DictConfig, train_len: int) -> int:
+    """The global batch size in examples: ``cfg.batch``, or ``train_len`` when it is ``full``.
+
+    Raises:
+        UsageError: ``batch`` is not a positive integer or ``full``.
+    """
+    raw = cfg.batch
+    if isinstance(raw, str) and raw.strip().lower() == "full":
+        return train_len
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0:
+        raise UsageError(f"batch={raw!r} is not valid: use a positive integer (e.g. batch=128) or batch=full")
+    return raw
+
+
+def scaled_lr(base_lr: float, batch: int, base_batch: int, rule: str) -> float:
+    """Learning rate for ``batch`` from ``base_lr`` at ``base_batch``.
+
+    ``linear``: lr = base_lr × batch / base_batch (Goyal et al. 2017, "Accurate, Large Minibatch
+    SGD"; Smith et al. 2017, "Don't Decay the Learning Rate, Increase the Batch Size");
+    ``sqrt``: lr = base_lr × √(batch / base_batch) (Krizhevsky 2014, "One weird trick");
+    ``none``: lr = base_lr.
+
+    Raises:
+        UsageError: unknown rule.
+    """
+    ratio = batch / base_batch
+    factors = {"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1.0}
+    if rule not in factors:
+        raise UsageError(f"lr_scaling.rule={rule!r} is unknown: use one of {', '.join(factors)}")
+    return base_lr * factors[rule]
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check what the schema's types cannot; raise UsageError with one line naming the key."""
+    batch_size(cfg, 1)
+    if cfg.epochs <= 0:
+        raise UsageError(f"epochs={cfg.epochs} is not valid: use a positive integer (e.g. epochs=10)")
+    if cfg.optimizer.base_lr <= 0:
+        raise UsageError(f"optimizer.base_lr={cfg.optimizer.base_lr} is not valid: use a positive number")
+    if cfg.lr_scaling.base_batch <= 0:
+        raise UsageError(f"lr_scaling.base_batch={cfg.lr_scaling.base_batch} is not valid: use a positive integer")
+    for key in ("train_size", "test_size"):
+        value = cfg.dataset[key]
+        if value is not None and value <= 0:
+            raise UsageError(f"dataset.{key}={value} is not valid: use a positive integer or null (all)")

@@ -1,0 +1,17 @@
+"""Exceptions that end a job or a sweep with one line instead of a traceback."""
+
+
+class UsageError(Exception):
+    """Bad input the user must fix (a value, a path, missing data).
+
+    The sweep stops at once: its message — one line naming the key or path and what would
+    work — is printed and the process exits with status 2. Runs already logged stay logged.
+    """
+
+
+class DataUnavailable(UsageError):
+    """The dataset's files are not where ``dataset.root`` says and cannot be downloaded."""
+
+
+class DeviceUnavailable(Exception):
+    """The requested device does not exist here; the job ends with ``outcome=unavailable``."""

@@ -1,0 +1,152 @@
+"""One job: config → data → device → model → timed training → outcome → MLflow run.
+
+A job never raises for a failure of its own (OOM, a crash, a missing device): it logs the
+outcome and returns, so the sweep goes on. Bad input (:class:`UsageError`) stops the sweep.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from sweeps import outcome as oc
+from sweeps import tracking
+from sweeps.config import batch_size, scaled_lr, validate
+from sweeps.console import EpochTable
+from sweeps.data import build_datasets, default_workers, make_loaders
+from sweeps.env import environment_tags
+from sweeps.errors import DeviceUnavailable
+from sweeps.models import count_parameters
+from sweeps.sweep import print_summary
+from sweeps.train import Trainer, make_optimizer, make_schedule
+
+log = logging.getLogger("sweeps")
+
+
+def resolve_device(cfg: DictConfig) -> torch.device:
+    """``auto`` → ``cuda:<index>`` when CUDA is present, else ``cpu``.
+
+    Raises:
+        DeviceUnavailable: ``cuda`` asked for where there is none, or the index is out of range.
+    """
+    if cfg.name == "cpu" or (cfg.name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise DeviceUnavailable("device=cuda but no CUDA device is visible here "
+                                "(torch.cuda.is_available() is False); use device=cpu or device=auto")
+    if not 0 <= cfg.index < torch.cuda.device_count():
+        raise DeviceUnavailable(f"device.index={cfg.index} but this machine has "
+                                f"{torch.cuda.device_count()} CUDA device(s): use 0..{torch.cuda.device_count() - 1}")
+    return torch.device("cuda", cfg.index)
+
+
+def apply_precision(cfg: DictConfig) -> None:
+    """``fp32``: true IEEE fp32 — PyTorch lets cuDNN convolutions use TF32 by default."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def _hydra_context() -> tuple[str, dict[str, str], bool]:
+    """(job name from its overrides, {group: chosen option}, whether this is a multirun)."""
+    if not HydraConfig.initialized():
+        return "job", {}, False
+    hc = HydraConfig.get()
+    choices = {k: str(v) for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
+    multirun = hc.mode == RunMode.MULTIRUN
+    swept = set(filter(None, os.environ.get(tracking.SWEPT_KEYS_ENV, "").split(","))) if multirun else set()
+    name = " ".join(o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
+    name = name or hc.job.override_dirname or " ".join(f"{g}={choices[g]}" for g in ("model", "dataset") if g in choices)
+    return name, choices, multirun
+
+
+def summarize(records: list[dict], regression: bool) -> dict[str, float]:
+    """Job-level metrics from the per-epoch records (``time/median_epoch_s`` needs ≥ 2 epochs:
+    the first epoch carries warm-up — cuDNN autotuning, allocator growth, worker start)."""
+    if not records:
+        return {}
+    times = [r["time/epoch_s"] for r in records]
+    last = records[-1]
+    out = {"time/first_epoch_s": times[0], "time/total_s": last["time/elapsed_s"],
+           "mem/peak_mb": max(r["mem/peak_mb"] for r in records)}
+    if len(times) > 1:
+        out["time/median_epoch_s"] = statistics.median(times[1:])
+    out["test/final_rmse" if regression else "test/final_acc"] = last["test/rmse" if regression else "test/acc"]
+    return out
+
+
+def run(cfg: DictConfig) -> str:
+    """Run the job ``cfg`` describes; returns its outcome (``ok``, ``oom``, ``error``, ``unavailable``).
+
+    Raises:
+        UsageError: bad input (config value, data path) — the caller stops the sweep.
+    """
+    validate(cfg)
+    name, choices, multirun = _hydra_context()
+    train_set, test_set, spec = build_datasets(cfg.dataset, cfg.seed)
+    batch = batch_size(cfg, len(train_set))
+    lr = scaled_lr(cfg.optimizer.base_lr, batch, cfg.lr_scaling.base_batch, cfg.lr_scaling.rule)
+    client, experiment_id = tracking.prepare(cfg)
+    parent = tracking.parent_run_id() if multirun else None
+    job = tracking.JobRun(client, experiment_id, name, parent,
+                          {**environment_tags(), tracking.OVERRIDES_TAG: name, tracking.OUTCOME_TAG: "running"})
+    job.log_params({**tracking.flatten(cfg), **choices})
+    job.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+    job.log_metrics({"batch_size": batch, "lr": lr})
+    log.info("job %s: batch %d, lr %.4g, %d train / %d test examples", name, batch, lr,
+             len(train_set), len(test_set))
+
+    table = EpochTable(spec.task == "regression")
+    records: list[dict] = []
+
+    def on_epoch(rec: dict) -> None:
+        if not records:
+            log.info(table.header())
+        records.append(rec)
+        log.info(table.row(rec))
+        job.log_metrics({k: v for k, v in rec.items() if "/" in k}, step=rec["epoch"])
+
+    outcome, error, device, peak = oc.OK, "", None, {}
+    try:
+        device = resolve_device(cfg.device)
+        apply_precision(cfg.precision)
+        torch.manual_seed(cfg.seed)
+        model = instantiate(cfg.model, in_shape=spec.in_shape, num_outputs=spec.num_outputs).to(device)
+        job.log_metrics({"model/params": count_parameters(model)})
+        optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr)
+        trainer = Trainer(model, spec, optimizer, make_schedule(cfg.schedule, optimizer, cfg.epochs),
+                          device, cfg.log_every_s)
+        loaders = make_loaders(train_set, test_set, batch, device, default_workers(cfg.dataset, device), cfg.seed)
+        trainer.fit(*loaders, cfg.epochs, on_epoch)
+    except (KeyboardInterrupt, SystemExit):
+        job.set_tags({tracking.OUTCOME_TAG: oc.KILLED, tracking.ERROR_TAG: "interrupted"})
+        job.end("KILLED")
+        raise
+    except Exception as e:  # an outcome, not a crash: the sweep goes on
+        outcome, error = oc.classify(e)
+        if device is not None and device.type == "cuda":
+            peak = {"mem/peak_mb": torch.cuda.max_memory_allocated(device) / 2**20}
+        if outcome == oc.ERROR:
+            log.exception("job %s failed", name)
+        else:
+            log.warning("job %s: %s (%s)", name, outcome, error)
+    # out of the except block: the failed frames (and their tensors) are gone now
+    model = optimizer = trainer = loaders = None  # noqa: F841
+    oc.release_memory(device)
+    oc.note(outcome)
+    summary = summarize(records, spec.task == "regression")
+    if peak:  # an OOM's peak is higher than any finished epoch's
+        summary["mem/peak_mb"] = max(peak["mem/peak_mb"], summary.get("mem/peak_mb", 0.0))
+    job.log_metrics(summary)
+    if records:
+        job.log_text(table.csv(records), "epochs.csv")
+    job.set_tags({tracking.OUTCOME_TAG: outcome, **({tracking.ERROR_TAG: error} if error else {})})
+    job.end("FAILED" if outcome == oc.ERROR else "FINISHED")
+    if not multirun:  # a sweep prints its summary once, at its end (sweeps.sweep)
+        print_summary(client, [client.get_run(job.run_id)])
+    return outcome

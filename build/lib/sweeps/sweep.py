@@ -1,0 +1,105 @@
+"""A sweep as a whole: the Hydra callback that opens the MLflow parent run before the jobs, and
+closes it after them with the one-screen summary; and the stop on bad input."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections import Counter
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from mlflow import MlflowClient
+from omegaconf import DictConfig
+
+from sweeps import tracking
+from sweeps.console import summary_table
+from sweeps.env import environment_tags
+from sweeps.errors import UsageError
+
+log = logging.getLogger("sweeps")
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """Keys the sweep varies: command-line sweep overrides (``batch=64,256``) and the preset's
+    ``hydra.sweeper.params``. Job names show only these."""
+    overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    keys = [o.key_or_group for o in overrides if o.is_sweep_override()]
+    params = config.hydra.sweeper.get("params") or {}
+    return keys + [k for k in params if k not in keys]
+
+
+def summary_row(run: Any) -> dict:
+    """One summary row (see :func:`sweeps.console.summary_table`) from a job's MLflow run."""
+    m, tags = run.data.metrics, run.data.tags
+    row = {"job": tags.get(tracking.OVERRIDES_TAG, run.info.run_name), "outcome": tags.get(tracking.OUTCOME_TAG, "?"),
+           "error": tags.get(tracking.ERROR_TAG, ""), "first_s": m.get("time/first_epoch_s"),
+           "median_s": m.get("time/median_epoch_s"), "total_s": m.get("time/total_s")}
+    if "test/final_acc" in m:
+        row["final"] = f"acc {m['test/final_acc']:.4f}"
+    elif "test/final_rmse" in m:
+        row["final"] = f"rmse {m['test/final_rmse']:.2f}"
+    return row
+
+
+def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = None) -> str:
+    """Print the summary of ``runs``; log it to the parent run when there is one."""
+    table = summary_table([summary_row(r) for r in runs])
+    counts = Counter(r.data.tags.get(tracking.OUTCOME_TAG, "?") for r in runs)
+    text = f"{table}\n{len(runs)} job(s): " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    print(f"\n{text}", flush=True)
+    if parent_run_id:
+        client.log_text(parent_run_id, text + "\n", "summary.txt")
+        client.log_batch(parent_run_id, tags=[tracking.RunTag(f"outcomes.{k}", str(n)) for k, n in counts.items()])
+    return text
+
+
+def stop(error: UsageError) -> None:
+    """End the sweep on bad input: one line on stderr, the parent run closed FAILED, exit 2.
+
+    Raises:
+        SystemExit: always (status 2). Hydra lets it through, so no other job starts.
+    """
+    message = str(error)
+    print(f"sweeps: error: {message}", file=sys.stderr, flush=True)
+    parent, uri = _close_sweep_env()
+    if parent and uri:
+        client = MlflowClient(uri)
+        client.set_tag(parent, "sweeps.stopped", message[:5000])
+        client.set_terminated(parent, "FAILED")
+    raise SystemExit(2)
+
+
+def _close_sweep_env() -> tuple[str | None, str | None]:
+    """Forget the sweep in this process (a later sweep in it starts clean); its parent run id and store."""
+    os.environ.pop(tracking.SWEPT_KEYS_ENV, None)
+    return os.environ.pop(tracking.PARENT_RUN_ENV, None), os.environ.pop(tracking.SWEEP_URI_ENV, None)
+
+
+class SweepCallback(Callback):
+    """Registered in ``conf/config.yaml`` under ``hydra.callbacks``; active with ``-m``."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            client, experiment_id = tracking.prepare(config)
+        except UsageError as e:
+            stop(e)
+        name = os.path.basename(str(config.hydra.sweep.dir)) or "sweep"
+        tags = {**environment_tags(), "sweeps.kind": "sweep", "sweeps.sweep_dir": str(config.hydra.sweep.dir),
+                "sweeps.command": " ".join(["python -m sweeps", *sys.argv[1:]])[:5000]}
+        run = client.create_run(experiment_id, run_name=f"sweep {name}", tags=tags)
+        os.environ[tracking.PARENT_RUN_ENV] = run.info.run_id
+        os.environ[tracking.SWEPT_KEYS_ENV] = ",".join(swept_keys(config))
+        os.environ[tracking.SWEEP_URI_ENV] = client.tracking_uri
+        log.info("MLflow: sweep run %s in experiment '%s' at %s", run.info.run_id,
+                 config.mlflow.experiment, client.tracking_uri)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        parent, uri = _close_sweep_env()
+        if not parent or not uri:
+            return
+        client = MlflowClient(uri)
+        experiment_id = client.get_run(parent).info.experiment_id
+        print_summary(client, tracking.child_runs(client, experiment_id, parent), parent)
+        client.set_terminated(parent, "FINISHED")

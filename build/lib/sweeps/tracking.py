@@ -1,0 +1,125 @@
+"""MLflow logging: the store, the experiment, a job's run, and the names of the contract.
+
+Everything goes through an explicit :class:`mlflow.MlflowClient` (no global "active run"), so
+jobs that run one after another in one process never inherit each other's state.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+from omegaconf import DictConfig, OmegaConf
+
+from sweeps.errors import UsageError
+
+PARENT_RUN_ENV = "SWEEPS_PARENT_RUN_ID"  # set by the sweep callback, read by each job
+SWEPT_KEYS_ENV = "SWEEPS_SWEPT_KEYS"  # the keys a sweep varies, comma-separated (job names)
+SWEEP_URI_ENV = "SWEEPS_SWEEP_TRACKING_URI"  # the store holding the parent run
+OUTCOME_TAG, ERROR_TAG, OVERRIDES_TAG = "outcome", "error", "sweeps.overrides"
+
+for _name in ("alembic", "mlflow"):  # their INFO lines (DB migrations) would drown the epoch table
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+
+def tracking_uri(cfg: DictConfig) -> str:
+    """``mlflow.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else sqlite in ./mlruns/mlflow.db.
+
+    Raises:
+        UsageError: the default ./mlruns directory cannot be created.
+    """
+    uri = cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    mlruns = Path.cwd() / "mlruns"
+    try:
+        mlruns.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create {mlruns} ({e.strerror}): run from a writable directory or "
+                         "set mlflow.tracking_uri=sqlite:////writable/path/mlflow.db") from None
+    return f"sqlite:///{mlruns / 'mlflow.db'}"
+
+
+def prepare(cfg: DictConfig) -> tuple[MlflowClient, str]:
+    """Client for the store and the experiment id, creating DB and experiment if needed.
+
+    Called once before a sweep's jobs start: a brand-new sqlite DB migrated by several processes
+    at once fails, so the first (and only) migration happens here.
+    """
+    client = MlflowClient(tracking_uri(cfg))
+    exp = client.get_experiment_by_name(cfg.mlflow.experiment)
+    if exp is not None:
+        return client, exp.experiment_id
+    try:
+        return client, client.create_experiment(cfg.mlflow.experiment)
+    except Exception:  # another process created it between our lookup and create
+        exp = client.get_experiment_by_name(cfg.mlflow.experiment)
+        if exp is None:
+            raise
+        return client, exp.experiment_id
+
+
+def parent_run_id() -> str | None:
+    """The sweep's parent run id, when a sweep callback opened one in this process tree."""
+    return os.environ.get(PARENT_RUN_ENV) or None
+
+
+def flatten(cfg: DictConfig) -> dict[str, str]:
+    """The resolved config as ``{dotted.key: str(value)}`` (lists kept whole, e.g. ``[64, 128]``)."""
+    out: dict[str, str] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+            return
+        out[prefix[:-1]] = str(node)[:MAX_PARAM_VAL_LENGTH]
+
+    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    return out
+
+
+class JobRun:
+    """One job's MLflow run: nested under the sweep's parent run when there is one."""
+
+    def __init__(self, client: MlflowClient, experiment_id: str, name: str,
+                 parent_run_id: str | None, tags: dict[str, str]):
+        self.client = client
+        if parent_run_id:
+            tags = {**tags, "mlflow.parentRunId": parent_run_id}
+        self.run_id = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        self.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        """All ``metrics`` at ``step`` in one call (one call per epoch, never per iteration)."""
+        ts = _now_ms()
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), ts, step)
+                                                    for k, v in metrics.items() if v is not None])
+
+    def log_text(self, text: str, name: str) -> None:
+        self.client.log_text(self.run_id, text, name)
+
+    def end(self, status: str) -> None:
+        """Close the run: ``FINISHED``, ``FAILED`` or ``KILLED``."""
+        self.client.set_terminated(self.run_id, status)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> list:
+    """The job runs of a sweep, oldest first."""
+    return client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+                              order_by=["attributes.start_time ASC"], max_results=10_000)
+

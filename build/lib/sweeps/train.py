@@ -1,0 +1,148 @@
+"""The training loop: epochs of timed steps, evaluation timed apart, one record per epoch.
+
+Nothing inside a step reads a value back to the host: loss and accuracy are summed on the device
+and read once per epoch, and the phase timer records events without synchronizing.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import psutil
+import torch
+from omegaconf import DictConfig
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from sweeps.data import DataSpec
+from sweeps.timing import PHASES, PhaseTimer, synchronize, wall_clock
+
+
+def make_optimizer(cfg: DictConfig, params, lr: float) -> torch.optim.Optimizer:
+    """SGD (momentum, Nesterov, weight decay) or Adam from the ``optimizer`` node at ``lr``."""
+    if cfg.name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
+                               weight_decay=cfg.weight_decay)
+    if cfg.name == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+    raise ValueError(f"optimizer.name={cfg.name!r} is unknown: use sgd or adam")
+
+
+def make_schedule(cfg: DictConfig, optimizer: torch.optim.Optimizer, epochs: int):
+    """Per-epoch lr schedule: ``multistep`` (× gamma at each milestone, given as fractions of
+    ``epochs``: 0.5, 0.8 → epochs 50 and 80 of 100), ``constant`` or ``cosine`` (to 0 at the end)."""
+    if cfg.name == "multistep":
+        milestones = sorted({round(f * epochs) for f in cfg.milestones})
+        return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones, gamma=cfg.gamma)
+    if cfg.name == "constant":
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    if cfg.name == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
+    raise ValueError(f"schedule.name={cfg.name!r} is unknown: use multistep, constant or cosine")
+
+
+class Trainer:
+    """Trains ``model`` on ``train_loader`` for ``epochs``, evaluating on ``test_loader`` after each.
+
+    Per epoch it calls ``on_epoch(record)`` with a dict of the contract's metric names (units in
+    the name: ``_s`` seconds, ``_ms`` milliseconds per iteration) — see :meth:`fit`.
+    """
+
+    def __init__(self, model: nn.Module, spec: DataSpec, optimizer, schedule, device: torch.device,
+                 progress_after_s: float = 2.0):
+        self.model, self.spec, self.device = model, spec, device
+        self.optimizer, self.schedule = optimizer, schedule
+        self.regression = spec.task == "regression"
+        self.loss_fn = nn.MSELoss() if self.regression else nn.CrossEntropyLoss()
+        self.timer = PhaseTimer(device)
+        self.progress_after_s = progress_after_s
+
+    def train_epoch(self, loader: DataLoader, desc: str) -> dict[str, float]:
+        """One pass over ``loader``; returns train loss/acc, phase times and the sample count."""
+        model, dev, timer = self.model, self.device, self.timer
+        model.train()
+        loss_sum = torch.zeros((), device=dev)
+        correct = torch.zeros((), device=dev, dtype=torch.long)
+        seen = 0
+        bar = tqdm(loader, desc=desc, leave=False, delay=self.progress_after_s, disable=None)
+        timer.start()
+        for x, y in bar:
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            timer.mark()  # data: waiting for the batch, and its copy to the device
+            out = model(x)
+            loss = self.loss_fn(out, y)
+            loss_sum += loss.detach() * len(x)
+            if not self.regression:
+                correct += (out.detach().argmax(1) == y).sum()
+            seen += len(x)
+            timer.mark()  # forward (and the running loss/accuracy sums)
+            loss.backward()
+            timer.mark()  # backward
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            timer.mark()  # optimizer
+        bar.close()
+        phases = timer.summary()  # the one synchronize of the epoch (CUDA)
+        out = {"train/loss": loss_sum.item() / max(seen, 1), "samples": seen,
+               "phase/sum_s": phases["total_ms"] / 1e3, "steps": phases["steps"]}
+        if not self.regression:
+            out["train/acc"] = correct.item() / max(seen, 1)
+        out.update({f"phase/{p}_ms": phases[p] for p in PHASES})
+        return out
+
+    @torch.no_grad()
+    def evaluate(self, loader: DataLoader) -> dict[str, float]:
+        """Test loss and accuracy (classification) or RMSE in target units (regression)."""
+        self.model.eval()
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device, dtype=torch.long)
+        seen = 0
+        for x, y in loader:
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            out = self.model(x)
+            loss_sum += self.loss_fn(out, y) * len(x)
+            if not self.regression:
+                correct += (out.argmax(1) == y).sum()
+            seen += len(x)
+        loss = loss_sum.item() / max(seen, 1)
+        if self.regression:  # MSE is on the standardised target; RMSE back in target units
+            return {"test/loss": loss, "test/rmse": math.sqrt(loss) * self.spec.target_scale}
+        return {"test/loss": loss, "test/acc": correct.item() / max(seen, 1)}
+
+    def fit(self, train_loader: DataLoader, test_loader: DataLoader, epochs: int,
+            on_epoch: Callable[[dict], None]) -> list[dict]:
+        """Run ``epochs`` epochs; returns the per-epoch records.
+
+        Each record has ``epoch`` (from 1), ``time/epoch_s`` (training pass, wall clock synchronized
+        at both edges), ``time/eval_s``, ``time/elapsed_s`` (since fit started), ``phase/sum_s``
+        (Σ phase times, to compare with the epoch time), ``phase/{data,forward,backward,optimizer}_ms``
+        (mean per iteration), ``perf/samples_per_s``, ``train/lr``, ``train/loss``, ``train/acc``
+        and the test metrics of :meth:`evaluate`.
+        """
+        records = []
+        synchronize(self.device)
+        t0 = time.perf_counter()
+        peak_rss = 0
+        for epoch in range(1, epochs + 1):
+            lr = self.optimizer.param_groups[0]["lr"]
+            with wall_clock(self.device) as train_clock:
+                rec = self.train_epoch(train_loader, f"epoch {epoch}/{epochs}")
+            with wall_clock(self.device) as eval_clock:
+                rec.update(self.evaluate(test_loader))
+            self.schedule.step()
+            rec.update({"epoch": epoch, "train/lr": lr, "time/epoch_s": train_clock["s"],
+                        "time/eval_s": eval_clock["s"], "time/elapsed_s": time.perf_counter() - t0,
+                        "perf/samples_per_s": rec["samples"] / train_clock["s"]})
+            peak_rss = max(peak_rss, psutil.Process().memory_info().rss)
+            rec["mem/peak_mb"] = self.peak_memory_mb(peak_rss)
+            records.append(rec)
+            on_epoch(rec)
+        return records
+
+    def peak_memory_mb(self, peak_rss: int) -> float:
+        """CUDA: peak allocated by tensors on the device (MB); CPU: process RSS, sampled at epoch ends."""
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        return peak_rss / 2**20
