@@ -38,3 +38,18 @@ class Broken(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise ValueError("broken on purpose\nsecond line that must not reach the tag")
+
+
+class InterruptAfter(nn.Module):
+    """A small MLP whose forward raises KeyboardInterrupt (a user's Ctrl-C) after ``calls`` calls."""
+
+    def __init__(self, in_shape: Sequence[int], num_outputs: int, calls: int = 3):
+        super().__init__()
+        self.calls = calls
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(int(torch.tensor(in_shape).prod()), num_outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls -= 1
+        if self.calls < 0:
+            raise KeyboardInterrupt
+        return self.net(x)

@@ -27,9 +27,9 @@ def test_every_group_of_the_contract_exists():
 
 @pytest.mark.parametrize("group, option", OPTIONS)
 def test_every_option_composes(group, option):
-    override = f"+experiment={option}" if group == "experiment" else f"{group}={option}"
-    cfg = _compose([override])
-    if group != "experiment":
+    added = group in ("experiment", "case")  # not in the defaults list: added with +
+    cfg = _compose([f"+{group}={option}" if added else f"{group}={option}"])
+    if not added:
         assert cfg[group] is not None
     OmegaConf.to_container(cfg, resolve=False)  # the whole tree is well formed
 

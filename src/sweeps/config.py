@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from sweeps.errors import UsageError
+
+TASKS = ("train", "inference")
 
 # The project's config directory; @hydra.main and the tests compose from it.
 CONF_DIR = Path(__file__).resolve().parent / "conf"  # a link to the repo's conf/ (see pyproject)
@@ -37,7 +39,9 @@ class DatasetConfig:
     image_size: Optional[int] = None  # imagefolder: resize to N×N (None: keep)
     shape: List[int] = field(default_factory=lambda: [3, 32, 32])  # synthetic: one sample's shape
     num_classes: int = 10  # synthetic: number of classes
+    regression: bool = False  # synthetic: a regression target (scikit-learn make_regression)
     test_fraction: float = 0.2  # diabetes: share of rows held out for test
+    if_missing: str = "stop"  # files missing: stop (the sweep, one line) | skip (outcome=unavailable)
 
 
 @dataclass
@@ -81,6 +85,19 @@ class MLflowConfig:
 
 
 @dataclass
+class TelemetryConfig:
+    interval_s: float = 1.0  # s between samples of the job's GPUs (NVML) and host (psutil); 0: off
+    figure: bool = True  # log telemetry.png (clocks, utilisation, memory, temperature, power over time)
+
+
+@dataclass
+class TimingConfig:
+    mode: str = "events"  # task=inference: events | sync | naive (naive only to show its error)
+    warmup: int = 10  # untimed forward passes first
+    iters: int = 50  # timed forward passes
+
+
+@dataclass
 class Config:
     model: Any = MISSING
     dataset: DatasetConfig = MISSING
@@ -90,10 +107,13 @@ class Config:
     schedule: ScheduleConfig = MISSING
     precision: PrecisionConfig = MISSING
     mlflow: MLflowConfig = field(default_factory=MLflowConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     batch: Any = 128  # global batch size (examples per optimizer step), or "full"
     epochs: int = 100
     seed: int = 0
     log_every_s: float = 2.0  # show a progress bar for epochs that take longer than this (s)
+    task: str = "train"  # train | inference
+    timing: TimingConfig = field(default_factory=TimingConfig)
 
 
 @dataclass
@@ -125,6 +145,8 @@ class ResNet50Config:
 
 def register() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent)."""
+    if not OmegaConf.has_resolver("repo_dir"):  # ${repo_dir:}: the checkout holding conf/
+        OmegaConf.register_new_resolver("repo_dir", lambda: str(CONF_DIR.resolve().parent))
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for name, node in [("cnn10", CNN10Config), ("wrn", WideResNetConfig), ("mlp", MLPConfig),
@@ -167,6 +189,18 @@ def scaled_lr(base_lr: float, batch: int, base_batch: int, rule: str) -> float:
 def validate(cfg: DictConfig) -> None:
     """Check what the schema's types cannot; raise UsageError with one line naming the key."""
     batch_size(cfg, 1)
+    if cfg.task not in TASKS:
+        raise UsageError(f"task={cfg.task!r} is unknown: use one of {', '.join(TASKS)}")
+    if cfg.timing.mode not in ("events", "sync", "naive"):
+        raise UsageError(f"timing.mode={cfg.timing.mode!r} is unknown: use events, sync or naive")
+    if cfg.timing.iters <= 0 or cfg.timing.warmup < 0:
+        raise UsageError(f"timing.iters={cfg.timing.iters}, timing.warmup={cfg.timing.warmup}: "
+                         "use iters ≥ 1 and warmup ≥ 0")
+    if cfg.dataset.if_missing not in ("stop", "skip"):
+        raise UsageError(f"dataset.if_missing={cfg.dataset.if_missing!r} is unknown: use stop or skip")
+    if cfg.telemetry.interval_s < 0:
+        raise UsageError(f"telemetry.interval_s={cfg.telemetry.interval_s} is not valid: "
+                         "use seconds ≥ 0 (0 turns telemetry off)")
     if cfg.epochs <= 0:
         raise UsageError(f"epochs={cfg.epochs} is not valid: use a positive integer (e.g. epochs=10)")
     if cfg.optimizer.base_lr <= 0:

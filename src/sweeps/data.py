@@ -134,9 +134,18 @@ def _diabetes(cfg: DictConfig, seed: int):
 
 
 def _synthetic(cfg: DictConfig, seed: int):
-    g = torch.Generator().manual_seed(seed)
     shape = tuple(cfg.shape)
     n_train, n_test = cfg.train_size or 10_000, cfg.test_size or 2_000
+    if cfg.regression:  # scikit-learn's linear-plus-noise problem, target standardised
+        from sklearn.datasets import make_regression
+
+        x, y = (torch.as_tensor(a, dtype=torch.float32) for a in make_regression(
+            n_train + n_test, int(torch.tensor(shape).prod()), noise=10.0, random_state=seed))
+        ym, ys = y[:n_train].mean(), y[:n_train].std()
+        x, y = x.reshape(-1, *shape), ((y - ym) / ys).unsqueeze(1)
+        return (TensorDataset(x[:n_train], y[:n_train]), TensorDataset(x[n_train:], y[n_train:]),
+                DataSpec(shape, 1, "regression", float(ys)))
+    g = torch.Generator().manual_seed(seed)
 
     def make(n):
         return TensorDataset(torch.randn(n, *shape, generator=g),
@@ -154,8 +163,10 @@ def _subset(ds: Dataset, n: int | None, seed: int, key: str) -> Dataset:
     if n > len(ds):
         raise UsageError(f"dataset.{key}={n} is larger than the data ({len(ds)} examples): "
                          f"use at most {len(ds)}, or null for all")
-    idx = torch.randperm(len(ds), generator=torch.Generator().manual_seed(seed))[:n]
-    return Subset(ds, idx.sort().values.tolist())
+    idx = torch.randperm(len(ds), generator=torch.Generator().manual_seed(seed))[:n].sort().values
+    if isinstance(ds, TensorDataset):  # stay a tensor dataset: TensorBatches can slice it
+        return TensorDataset(*(t[idx] for t in ds.tensors))
+    return Subset(ds, idx.tolist())
 
 
 def build_datasets(cfg: DictConfig, seed: int) -> tuple[Dataset, Dataset, DataSpec]:
@@ -182,9 +193,35 @@ def default_workers(cfg: DictConfig, device: torch.device) -> int:
     return min(8, cpus) if device.type == "cuda" else min(4, max(1, cpus // 2))
 
 
+class TensorBatches:
+    """Batches sliced from in-memory tensors with one gather each — a DataLoader would call
+    ``__getitem__`` and collate per example, which dominates the step for tabular data (a full
+    batch of 10⁶ rows: 10⁶ Python calls). Reshuffled every epoch from a seeded generator.
+
+    Yields ``(x, y)`` with ``x`` of shape ``(≤ batch, *in_shape)``.
+    """
+
+    def __init__(self, data: TensorDataset, batch: int, shuffle: bool, seed: int = 0):
+        self.tensors, self.batch_size, self.shuffle = data.tensors, batch, shuffle
+        self.n = len(data.tensors[0])
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return -(-self.n // self.batch_size)
+
+    def __iter__(self):
+        order = torch.randperm(self.n, generator=self.generator) if self.shuffle else None
+        for start in range(0, self.n, self.batch_size):
+            pick = order[start:start + self.batch_size] if order is not None else slice(start, start + self.batch_size)
+            yield tuple(t[pick] for t in self.tensors)
+
+
 def make_loaders(train: Dataset, test: Dataset, batch: int, device: torch.device, workers: int,
-                 seed: int) -> tuple[DataLoader, DataLoader]:
-    """Shuffled training loader (seeded) and ordered test loader, both of ``batch`` examples."""
+                 seed: int) -> tuple:
+    """Shuffled training loader (seeded) and ordered test loader, both of ``batch`` examples:
+    :class:`TensorBatches` for in-memory tensors, a DataLoader for everything else."""
+    if isinstance(train, TensorDataset) and isinstance(test, TensorDataset):
+        return TensorBatches(train, batch, True, seed), TensorBatches(test, min(batch, len(test)), False)
     common = dict(num_workers=workers, pin_memory=device.type == "cuda", persistent_workers=workers > 0)
     train_loader = DataLoader(train, batch_size=batch, shuffle=True,
                               generator=torch.Generator().manual_seed(seed), **common)

@@ -1,7 +1,14 @@
-"""The machine and software a number was measured on, as MLflow tags (``env.*``)."""
+"""The machine and software a number was measured on: MLflow tags (``env.*``) and the fuller
+:func:`fingerprint` (logged as ``fingerprint.json``) — what a reader needs to trust a number
+measured on another machine.
+
+GPU details come from torch (the GPUs this process can see) joined by UUID with NVML through
+nvidia-ml-py (driver, CUDA version the driver supports, power limit); a machine without NVML
+simply has fewer fields."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
 import socket
@@ -37,35 +44,138 @@ def _git_commit() -> str:
         return "unknown"
 
 
-def _nvidia_driver() -> str:
+def _nvml(nvml=None) -> dict:
+    """Driver, CUDA driver version and per-GPU details (by UUID) from NVML; {} without NVML."""
     try:
-        import pynvml  # from the nvidia-ml-py package
+        n = nvml or __import__("pynvml")  # from the nvidia-ml-py package
+        n.nvmlInit()
+    except Exception as e:  # no driver / no library: NVMLError_LibraryNotFound and friends
+        return {"problem": f"{type(e).__name__}: {e}"}
+    try:
+        out: dict = {"driver": _str(_ask(n.nvmlSystemGetDriverVersion)), "gpus": {}}
+        cuda = _ask(n.nvmlSystemGetCudaDriverVersion)  # e.g. 12040 → "12.4"
+        out["cuda_driver"] = f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda else None
+        for i in range(_ask(n.nvmlDeviceGetCount) or 0):
+            h = n.nvmlDeviceGetHandleByIndex(i)
+            limit = _ask(n.nvmlDeviceGetEnforcedPowerLimit, h)  # mW
+            mem = _ask(n.nvmlDeviceGetMemoryInfo, h)
+            out["gpus"][_str(_ask(n.nvmlDeviceGetUUID, h))] = {
+                "name": _str(_ask(n.nvmlDeviceGetName, h)),
+                "memory_gb": round(mem.total / 1e9, 1) if mem else None,
+                "power_limit_w": limit / 1e3 if limit else None,
+                "max_sm_clock_mhz": _ask(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_SM),
+                "max_mem_clock_mhz": _ask(n.nvmlDeviceGetMaxClockInfo, h, n.NVML_CLOCK_MEM),
+                "pci_bus_id": _str(getattr(_ask(n.nvmlDeviceGetPciInfo, h), "busId", None)),
+            }
+        return out
+    except Exception:
+        return {}
+    finally:
+        n.nvmlShutdown()
 
-        pynvml.nvmlInit()
-        try:
-            return str(pynvml.nvmlSystemGetDriverVersion())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver / no library: NVMLError_LibraryNotFound and friends
-        return "none"
+
+def _ask(fn, *args):
+    """``fn(*args)``, or None where the query fails (e.g. NVMLError_NotSupported)."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+def _str(v) -> str | None:
+    return v.decode() if isinstance(v, bytes) else (None if v is None else str(v))
+
+
+def _cudnn() -> str | None:
+    """cuDNN version as ``9.10.2`` (torch encodes 9.x as 91002, 8.x as 8902)."""
+    try:
+        v = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except Exception:
+        v = None
+    if not v:
+        return None
+    major, rest = (v // 10000, v % 10000) if v >= 90000 else (v // 1000, v % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def _torch_gpus(nv: dict) -> list[dict]:
+    """The GPUs torch can see (``CUDA_VISIBLE_DEVICES`` applies), with NVML's details joined."""
+    if not torch.cuda.is_available():
+        return []
+    gpus = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        uuid = str(getattr(p, "uuid", ""))
+        extra = nv.get("gpus", {}).get(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}", {})
+        gpus.append({"index": i, "name": p.name, "memory_gb": round(p.total_memory / 1e9, 1),
+                     "compute_capability": f"{p.major}.{p.minor}", "sms": p.multi_processor_count,
+                     **{k: v for k, v in extra.items() if k not in ("name", "memory_gb")}})
+    return gpus
+
+
+@functools.lru_cache(maxsize=1)
+def fingerprint() -> dict:
+    """Host, OS, CPU (model, logical and physical cores, max MHz), RAM (GB), GPUs (name, memory
+    GB, compute capability, SMs, power limit W, max clocks MHz, PCI bus), NVIDIA driver, CUDA (the
+    driver's and torch's), cuDNN, torch, torchvision, numpy, python and the project's git commit.
+    Cached per process."""
+    import numpy
+
+    nv = _nvml()
+    freq = _ask(psutil.cpu_freq)
+    return {
+        "host": socket.gethostname(),
+        "os": platform.platform(),
+        "cpu": {"model": _cpu_model(), "cores": os.cpu_count(), "physical_cores": psutil.cpu_count(logical=False),
+                "max_mhz": round(freq.max) if freq and freq.max else None},
+        "ram_gb": round(psutil.virtual_memory().total / 1e9, 1),
+        "gpus": _torch_gpus(nv),
+        "nvml": nv.get("problem", "ok"),  # why NVML could not be asked, when it could not
+        "nvidia_driver": nv.get("driver"),
+        "cuda_driver": nv.get("cuda_driver"),  # the newest CUDA the driver supports
+        "cuda_runtime": torch.version.cuda,  # the CUDA torch was built with
+        "cudnn": _cudnn(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+        "git_commit": _git_commit(),
+    }
+
+
+def fingerprint_json() -> str:
+    """:func:`fingerprint` as indented JSON (the ``fingerprint.json`` artifact)."""
+    return json.dumps(fingerprint(), indent=2) + "\n"
 
 
 @functools.lru_cache(maxsize=1)
 def environment_tags() -> dict[str, str]:
     """Host, CPU model, cores, RAM (GB), GPU names, driver, CUDA, torch/torchvision versions and
-    the project's git commit (``-dirty`` when tracked files differ from it). Cached per process."""
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
-        if torch.cuda.is_available() else []
+    the project's git commit (``-dirty`` when tracked files differ from it), plus physical cores,
+    OS, GPU memory (GB), power limit (W), the driver's CUDA version and cuDNN — the
+    :func:`fingerprint` flattened to ``env.*`` strings (``none`` where absent). Cached per process."""
+    fp = fingerprint()
+    gpus = fp["gpus"]
+
+    def each(key: str) -> str:
+        return ", ".join(str(g.get(key) if g.get(key) is not None else "?") for g in gpus) or "none"
+
     return {
-        "env.host": socket.gethostname(),
-        "env.cpu": _cpu_model(),
-        "env.cores": str(os.cpu_count()),
-        "env.ram_gb": f"{psutil.virtual_memory().total / 1e9:.1f}",
-        "env.gpus": ", ".join(gpus) or "none",
-        "env.driver": _nvidia_driver() if gpus else "none",
-        "env.cuda": str(torch.version.cuda),
-        "env.torch": torch.__version__,
-        "env.torchvision": torchvision.__version__,
-        "env.python": platform.python_version(),
-        "env.git_commit": _git_commit(),
+        "env.host": fp["host"],
+        "env.cpu": fp["cpu"]["model"],
+        "env.cores": str(fp["cpu"]["cores"]),
+        "env.physical_cores": str(fp["cpu"]["physical_cores"]),
+        "env.ram_gb": f"{fp['ram_gb']:.1f}",
+        "env.os": fp["os"],
+        "env.gpus": each("name"),
+        "env.gpu_memory_gb": each("memory_gb"),
+        "env.power_limit_w": each("power_limit_w"),
+        "env.driver": (fp["nvidia_driver"] or "none") if gpus else "none",
+        "env.cuda": str(fp["cuda_runtime"]),
+        "env.cuda_driver": str(fp["cuda_driver"] or "none"),
+        "env.cudnn": str(fp["cudnn"] or "none"),
+        "env.torch": fp["torch"],
+        "env.torchvision": fp["torchvision"],
+        "env.python": fp["python"],
+        "env.git_commit": fp["git_commit"],
     }

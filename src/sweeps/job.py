@@ -15,13 +15,14 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from sweeps import inference
 from sweeps import outcome as oc
-from sweeps import tracking
+from sweeps import telemetry, tracking
 from sweeps.config import batch_size, scaled_lr, validate
 from sweeps.console import EpochTable
 from sweeps.data import build_datasets, default_workers, make_loaders
-from sweeps.env import environment_tags
-from sweeps.errors import DeviceUnavailable
+from sweeps.env import environment_tags, fingerprint_json
+from sweeps.errors import DataUnavailable, DeviceUnavailable
 from sweeps.models import count_parameters
 from sweeps.sweep import print_summary
 from sweeps.train import Trainer, make_optimizer, make_schedule
@@ -80,6 +81,40 @@ def summarize(records: list[dict], regression: bool) -> dict[str, float]:
     return out
 
 
+def _close_telemetry(job: tracking.JobRun, tel: telemetry.Telemetry | None, records: list[dict],
+                     figure: bool, title: str) -> None:
+    """Stop the sampler; log its job-level metrics, its tags and telemetry.csv/.png. Never raises."""
+    if tel is None:
+        job.set_tags({"telemetry": "off (the job ended before its device was ready)"})
+        return
+    try:
+        tel.stop()
+        job.log_metrics(tel.summary(sum(r.get("samples", 0) for r in records)))
+        job.set_tags(tel.tags())
+        if tel.rows:
+            job.log_text(tel.csv(), "telemetry.csv")
+            if figure:
+                from sweeps.telemetry_plot import render  # matplotlib: only when drawing
+
+                job.log_bytes(render(tel, title), "telemetry.png")
+    except Exception as e:  # telemetry never fails a job
+        log.warning("job %s: telemetry not logged (%s: %s)", title, type(e).__name__, e)
+
+
+def _skip(cfg: DictConfig, name: str, choices: dict, multirun: bool, why: str) -> str:
+    """Log a job whose data is missing as ``outcome=unavailable`` (``dataset.if_missing=skip``)."""
+    log.warning("job %s: unavailable: %s", name, why)
+    client, experiment_id = tracking.prepare(cfg)
+    job = tracking.JobRun(client, experiment_id, name, tracking.parent_run_id() if multirun else None,
+                          {**environment_tags(), tracking.OVERRIDES_TAG: name,
+                           tracking.OUTCOME_TAG: oc.UNAVAILABLE, tracking.ERROR_TAG: why})
+    job.log_params({**tracking.flatten(cfg), **choices})
+    if isinstance(cfg.batch, int):
+        job.log_metrics({"batch_size": cfg.batch})
+    job.end("FINISHED")
+    return oc.UNAVAILABLE
+
+
 def run(cfg: DictConfig) -> str:
     """Run the job ``cfg`` describes; returns its outcome (``ok``, ``oom``, ``error``, ``unavailable``).
 
@@ -88,7 +123,12 @@ def run(cfg: DictConfig) -> str:
     """
     validate(cfg)
     name, choices, multirun = _hydra_context()
-    train_set, test_set, spec = build_datasets(cfg.dataset, cfg.seed)
+    try:
+        train_set, test_set, spec = build_datasets(cfg.dataset, cfg.seed)
+    except DataUnavailable as e:
+        if cfg.dataset.if_missing != "skip":
+            raise
+        return _skip(cfg, name, choices, multirun, str(e))
     batch = batch_size(cfg, len(train_set))
     lr = scaled_lr(cfg.optimizer.base_lr, batch, cfg.lr_scaling.base_batch, cfg.lr_scaling.rule)
     client, experiment_id = tracking.prepare(cfg)
@@ -97,6 +137,7 @@ def run(cfg: DictConfig) -> str:
                           {**environment_tags(), tracking.OVERRIDES_TAG: name, tracking.OUTCOME_TAG: "running"})
     job.log_params({**tracking.flatten(cfg), **choices})
     job.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+    job.log_text(fingerprint_json(), "fingerprint.json")
     job.log_metrics({"batch_size": batch, "lr": lr})
     log.info("job %s: batch %d, lr %.4g, %d train / %d test examples", name, batch, lr,
              len(train_set), len(test_set))
@@ -111,19 +152,29 @@ def run(cfg: DictConfig) -> str:
         log.info(table.row(rec))
         job.log_metrics({k: v for k, v in rec.items() if "/" in k}, step=rec["epoch"])
 
-    outcome, error, device, peak = oc.OK, "", None, {}
+    outcome, error, device, peak, tel = oc.OK, "", None, {}, None
     try:
         device = resolve_device(cfg.device)
+        tel = telemetry.for_job(cfg.telemetry.interval_s, device)  # stopped in the finally below
         apply_precision(cfg.precision)
         torch.manual_seed(cfg.seed)
         model = instantiate(cfg.model, in_shape=spec.in_shape, num_outputs=spec.num_outputs).to(device)
         job.log_metrics({"model/params": count_parameters(model)})
-        optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr)
-        trainer = Trainer(model, spec, optimizer, make_schedule(cfg.schedule, optimizer, cfg.epochs),
-                          device, cfg.log_every_s)
-        loaders = make_loaders(train_set, test_set, batch, device, default_workers(cfg.dataset, device), cfg.seed)
-        trainer.fit(*loaders, cfg.epochs, on_epoch)
+        if cfg.task == "inference":
+            x = inference.first_batch(test_set, batch, device)
+            result = inference.time_forward(model, x, cfg.timing.mode, cfg.timing.warmup, cfg.timing.iters)
+            job.log_series("infer/iter_ms", result["times_ms"])
+            job.log_metrics(inference.summarize(result, batch))
+            log.info("inference, timing.mode=%s: median %.3f ms per batch of %d", cfg.timing.mode,
+                     inference.summarize(result, batch)["infer/median_ms"], batch)
+        else:
+            optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr)
+            trainer = Trainer(model, spec, optimizer, make_schedule(cfg.schedule, optimizer, cfg.epochs),
+                              device, cfg.log_every_s, monitor=tel)
+            loaders = make_loaders(train_set, test_set, batch, device, default_workers(cfg.dataset, device), cfg.seed)
+            trainer.fit(*loaders, cfg.epochs, on_epoch)
     except (KeyboardInterrupt, SystemExit):
+        _close_telemetry(job, tel, records, cfg.telemetry.figure, name)
         job.set_tags({tracking.OUTCOME_TAG: oc.KILLED, tracking.ERROR_TAG: "interrupted"})
         job.end("KILLED")
         raise
@@ -135,14 +186,18 @@ def run(cfg: DictConfig) -> str:
             log.exception("job %s failed", name)
         else:
             log.warning("job %s: %s (%s)", name, outcome, error)
+    finally:
+        if tel is not None:  # on every path: ok, oom, error, killed (idempotent)
+            tel.stop()
     # out of the except block: the failed frames (and their tensors) are gone now
-    model = optimizer = trainer = loaders = None  # noqa: F841
+    model = optimizer = trainer = loaders = x = None  # noqa: F841
     oc.release_memory(device)
     oc.note(outcome)
     summary = summarize(records, spec.task == "regression")
     if peak:  # an OOM's peak is higher than any finished epoch's
         summary["mem/peak_mb"] = max(peak["mem/peak_mb"], summary.get("mem/peak_mb", 0.0))
     job.log_metrics(summary)
+    _close_telemetry(job, tel, records, cfg.telemetry.figure, name)
     if records:
         job.log_text(table.csv(records), "epochs.csv")
     job.set_tags({tracking.OUTCOME_TAG: outcome, **({tracking.ERROR_TAG: error} if error else {})})

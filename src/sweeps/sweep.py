@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -26,7 +27,7 @@ def swept_keys(config: DictConfig) -> list[str]:
     ``hydra.sweeper.params``. Job names show only these."""
     overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
     keys = [o.key_or_group for o in overrides if o.is_sweep_override()]
-    params = config.hydra.sweeper.get("params") or {}
+    params = [k.lstrip("+~") for k in (config.hydra.sweeper.get("params") or {})]
     return keys + [k for k in params if k not in keys]
 
 
@@ -40,6 +41,8 @@ def summary_row(run: Any) -> dict:
         row["final"] = f"acc {m['test/final_acc']:.4f}"
     elif "test/final_rmse" in m:
         row["final"] = f"rmse {m['test/final_rmse']:.2f}"
+    elif "infer/median_ms" in m:
+        row["final"] = f"{m['infer/median_ms']:.2f} ms/batch"
     return row
 
 
@@ -85,7 +88,7 @@ class SweepCallback(Callback):
             client, experiment_id = tracking.prepare(config)
         except UsageError as e:
             stop(e)
-        name = os.path.basename(str(config.hydra.sweep.dir)) or "sweep"
+        name = "/".join(Path(str(config.hydra.sweep.dir)).parts[-2:]) or "sweep"
         tags = {**environment_tags(), "sweeps.kind": "sweep", "sweeps.sweep_dir": str(config.hydra.sweep.dir),
                 "sweeps.command": " ".join(["python -m sweeps", *sys.argv[1:]])[:5000]}
         run = client.create_run(experiment_id, run_name=f"sweep {name}", tags=tags)

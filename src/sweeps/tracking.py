@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,17 @@ for _name in ("alembic", "mlflow"):  # their INFO lines (DB migrations) would dr
 
 
 def tracking_uri(cfg: DictConfig) -> str:
-    """``mlflow.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else sqlite in ./mlruns/mlflow.db.
+    """``mlflow.tracking_uri`` of ``cfg``, see :func:`resolve_uri`."""
+    return resolve_uri(cfg.mlflow.tracking_uri)
+
+
+def resolve_uri(explicit: str | None = None) -> str:
+    """``explicit``, else ``$MLFLOW_TRACKING_URI``, else sqlite in ./mlruns/mlflow.db.
 
     Raises:
         UsageError: the default ./mlruns directory cannot be created.
     """
-    uri = cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = explicit or os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
         return uri
     mlruns = Path.cwd() / "mlruns"
@@ -106,8 +112,21 @@ class JobRun:
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), ts, step)
                                                     for k, v in metrics.items() if v is not None])
 
+    def log_series(self, key: str, values: list[float]) -> None:
+        """``values`` as the steps 1..N of metric ``key``, in one call."""
+        ts = _now_ms()
+        self.client.log_batch(self.run_id, metrics=[Metric(key, float(v), ts, i)
+                                                    for i, v in enumerate(values, start=1)])
+
     def log_text(self, text: str, name: str) -> None:
         self.client.log_text(self.run_id, text, name)
+
+    def log_bytes(self, data: bytes, name: str) -> None:
+        """``data`` (e.g. a PNG) as the artifact ``name``."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_bytes(data)
+            self.client.log_artifact(self.run_id, str(path))
 
     def end(self, status: str) -> None:
         """Close the run: ``FINISHED``, ``FAILED`` or ``KILLED``."""

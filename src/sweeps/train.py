@@ -47,17 +47,20 @@ class Trainer:
     """Trains ``model`` on ``train_loader`` for ``epochs``, evaluating on ``test_loader`` after each.
 
     Per epoch it calls ``on_epoch(record)`` with a dict of the contract's metric names (units in
-    the name: ``_s`` seconds, ``_ms`` milliseconds per iteration) — see :meth:`fit`.
+    the name: ``_s`` seconds, ``_ms`` milliseconds per iteration) — see :meth:`fit`. A ``monitor``
+    (e.g. :class:`sweeps.telemetry.Telemetry`) is told the edges of each training pass, where the
+    device is synchronized, and its ``epoch_end`` metrics join the record.
     """
 
     def __init__(self, model: nn.Module, spec: DataSpec, optimizer, schedule, device: torch.device,
-                 progress_after_s: float = 2.0):
+                 progress_after_s: float = 2.0, monitor=None):
         self.model, self.spec, self.device = model, spec, device
         self.optimizer, self.schedule = optimizer, schedule
         self.regression = spec.task == "regression"
         self.loss_fn = nn.MSELoss() if self.regression else nn.CrossEntropyLoss()
         self.timer = PhaseTimer(device)
         self.progress_after_s = progress_after_s
+        self.monitor = monitor  # epoch_start(epoch), epoch_end(epoch) -> {metric: value}
 
     def train_epoch(self, loader: DataLoader, desc: str) -> dict[str, float]:
         """One pass over ``loader``; returns train loss/acc, phase times and the sample count."""
@@ -119,7 +122,7 @@ class Trainer:
         at both edges), ``time/eval_s``, ``time/elapsed_s`` (since fit started), ``phase/sum_s``
         (Σ phase times, to compare with the epoch time), ``phase/{data,forward,backward,optimizer}_ms``
         (mean per iteration), ``perf/samples_per_s``, ``train/lr``, ``train/loss``, ``train/acc``
-        and the test metrics of :meth:`evaluate`.
+        and the test metrics of :meth:`evaluate`, plus the monitor's metrics for the training pass.
         """
         records = []
         synchronize(self.device)
@@ -127,8 +130,12 @@ class Trainer:
         peak_rss = 0
         for epoch in range(1, epochs + 1):
             lr = self.optimizer.param_groups[0]["lr"]
+            if self.monitor is not None:  # the device is idle here: the last evaluation (or fit) ended synchronized
+                self.monitor.epoch_start(epoch)
             with wall_clock(self.device) as train_clock:
                 rec = self.train_epoch(train_loader, f"epoch {epoch}/{epochs}")
+            if self.monitor is not None:  # outside the timed block, after its closing synchronize
+                rec.update(self.monitor.epoch_end(epoch))
             with wall_clock(self.device) as eval_clock:
                 rec.update(self.evaluate(test_loader))
             self.schedule.step()

@@ -1,0 +1,167 @@
+"""``python -m sweeps.report``: a sweep's MLflow runs → the reference tables, comparisons and plots,
+as one Markdown file (also logged to the sweep's parent run under ``report/``).
+
+    python -m sweeps.report                       # the latest sweep in ./mlruns
+    python -m sweeps.report --experiment offline_mnist
+    python -m sweeps.report --run-id <parent run id> --out reports/study1
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+from mlflow import MlflowClient
+
+from sweeps import plots
+from sweeps.console import hms
+from sweeps.report_data import Job, find_sweep, history, load_jobs, swept_keys
+from sweeps.tracking import resolve_uri
+
+COMPARE_KEYS = ("device", "device.index", "device.gpus", "precision")  # side-by-side columns
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub-flavoured Markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _f(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _score(job: Job) -> str:
+    m = job.metrics
+    if "test/final_acc" in m:
+        return f"{m['test/final_acc']:.4f}"
+    return _f(m.get("test/final_rmse"))
+
+
+def reference_tables(jobs: list[Job]) -> list[tuple[str, str]]:
+    """Study 1's table per group (every swept key but batch): batch | first epoch [s] | median
+    epoch from 2 [s] | total time | accuracy or RMSE | peak MB. Rows by numeric batch size; jobs
+    that did not finish show their outcome in place of the times."""
+    groups: dict[str, list[Job]] = {}
+    for j in jobs:
+        if "infer/median_ms" not in j.metrics:
+            groups.setdefault(j.label(exclude=("batch",)), []).append(j)
+    regression = any("test/final_rmse" in j.metrics for j in jobs)
+    headers = ["batch", "first epoch [s]", "median epoch from 2 [s]", "total time",
+               "RMSE" if regression else "accuracy", "peak MB"]
+    out = []
+    for label, members in groups.items():
+        rows = []
+        for j in sorted(members, key=lambda j: (j.batch is None, j.batch or 0)):
+            batch = "-" if j.batch is None else f"{j.batch:.0f}"
+            if j.outcome == "ok":
+                m = j.metrics
+                rows.append([batch, _f(m.get("time/first_epoch_s")), _f(m.get("time/median_epoch_s")),
+                             hms(m.get("time/total_s")), _score(j), _f(m.get("mem/peak_mb"), 0)])
+            else:
+                rows.append([batch, j.outcome.upper(), "", "", "", _f(j.metrics.get("mem/peak_mb"), 0)])
+        out.append((label, md_table(headers, rows)))
+    return out
+
+
+def inference_table(jobs: list[Job]) -> str | None:
+    """Per inference job: median, p10, p90 ms per batch and throughput."""
+    rows = [[j.label(), j.outcome, _f(j.metrics.get("infer/median_ms"), 3), _f(j.metrics.get("infer/p10_ms"), 3),
+             _f(j.metrics.get("infer/p90_ms"), 3), _f(j.metrics.get("perf/samples_per_s"), 1)]
+            for j in jobs if "infer/median_ms" in j.metrics or j.params.get("task") == "inference"]
+    if not rows:
+        return None
+    return md_table(["job", "outcome", "median ms/batch", "p10 ms", "p90 ms", "samples/s"], rows)
+
+
+def comparison(jobs: list[Job], key: str) -> str:
+    """Side by side over the values of ``key`` (e.g. device=cpu vs cuda): median epoch time (or
+    inference median) per remaining label, and the speedup of each column over the first."""
+    values = list(dict.fromkeys(j.swept[key] for j in jobs if key in j.swept))
+    cells: dict[str, dict[str, Job]] = {}
+    for j in jobs:
+        if key in j.swept:
+            cells.setdefault(j.label(exclude=(key,)), {})[j.swept[key]] = j
+
+    def time_of(j: Job | None) -> float | None:
+        if j is None or j.outcome != "ok":
+            return None
+        m = j.metrics
+        return m.get("time/median_epoch_s", m.get("time/first_epoch_s", m.get("infer/median_ms")))
+
+    headers = ["job", *(f"{key}={v}" for v in values), *(f"speedup {v}" for v in values[1:])]
+    rows = []
+    for label, row in cells.items():
+        times = [time_of(row.get(v)) for v in values]
+        shown = [_f(t, 3) if t is not None else (row[v].outcome.upper() if v in row else "-")
+                 for t, v in zip(times, values)]
+        speed = [f"{times[0] / t:.2f}×" if times[0] and t else "-" for t in times[1:]]
+        rows.append([label, *shown, *speed])
+    return md_table(headers, rows)
+
+
+def build(client: MlflowClient, parent, out: Path) -> Path:
+    """Write ``out/report.md`` and its figures for the sweep ``parent``; returns the report path."""
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = load_jobs(client, parent)
+    swept = swept_keys(jobs)
+    tags = jobs[0].tags if jobs else parent.data.tags
+    lines = [f"# Sweep report: {parent.info.run_name}", "",
+             f"- experiment id {parent.info.experiment_id}, sweep run `{parent.info.run_id}`, {len(jobs)} jobs",
+             f"- command: `{parent.data.tags.get('sweeps.command', '?')}`",
+             f"- machine: {tags.get('env.cpu', '?')} ({tags.get('env.cores', '?')} cores, {tags.get('env.ram_gb', '?')} GB),"
+             f" GPUs: {tags.get('env.gpus', '?')}; torch {tags.get('env.torch', '?')}, commit {tags.get('env.git_commit', '?')[:12]}",
+             f"- generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", ""]
+    for label, table in reference_tables(jobs):
+        lines += [f"## {label}", "", table, ""]
+    if (table := inference_table(jobs)) is not None:
+        lines += ["## Inference timing", "", "`naive` times the host enqueueing CUDA work, not the work: "
+                  "shown only to show its error.", "", table, ""]
+    for key in (k for k in COMPARE_KEYS if k in swept):
+        lines += [f"## Comparison over {key}", "", comparison(jobs, key), ""]
+    figures = [
+        ("Epoch time vs batch size", plots.versus_batch(jobs, "time/median_epoch_s", "median epoch time [s]",
+                                                        out / "epoch_time_vs_batch.png", logy=True)),
+        ("Accuracy vs batch size", plots.versus_batch(jobs, "test/final_acc", "test accuracy",
+                                                      out / "accuracy_vs_batch.png")),
+        ("Phase breakdown per iteration", plots.phase_breakdown(jobs, out / "phases.png")),
+        ("Energy per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), "gpu/energy_j",
+                                             "energy per epoch [J]", out / "energy_per_epoch.png")),
+        ("Mean GPU power per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), "gpu/power_w",
+                                                     "mean power [W]", out / "power_per_epoch.png")),
+        ("Inference time by timing method", plots.inference_by_method(jobs, out / "inference_timing.png")),
+    ]
+    for title, path in figures:
+        if path is not None:
+            lines += [f"## {title}", "", f"![{title}]({path.name})", ""]
+    report = out / "report.md"
+    report.write_text("\n".join(lines))
+    client.log_artifacts(parent.info.run_id, str(out), "report")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2: nothing to report, one line on stderr)."""
+    ap = argparse.ArgumentParser(prog="python -m sweeps.report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--experiment", help="MLflow experiment name (default: the latest sweep of any)")
+    ap.add_argument("--run-id", help="the sweep's parent run id")
+    ap.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlruns/mlflow.db")
+    ap.add_argument("--out", type=Path, help="output folder (default: reports/<sweep run id>)")
+    args = ap.parse_args(argv)
+    client = MlflowClient(resolve_uri(args.tracking_uri))
+    try:
+        parent = find_sweep(client, args.experiment, args.run_id)
+    except LookupError as e:
+        print(f"sweeps.report: error: {e}", file=sys.stderr)
+        return 2
+    report = build(client, parent, args.out or Path("reports") / parent.info.run_id[:12])
+    print(report.read_text())
+    print(f"\nreport: {report}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The hardware boundary of telemetry: what is asked of NVML (through nvidia-ml-py) per sample,
+which NVML errors drop a field for good, how a job's CUDA device is found in NVML, and whether
+NVML can be used here at all.
+
+nvidia-ml-py is NVIDIA's own Python binding of the NVML C API (``import pynvml``; the separate,
+deprecated ``pynvml`` package is not used). Function names, units and error classes follow the
+NVML API reference ("Device Queries", "Error reporting"); the energy counter is in mJ, power in mW.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+try:
+    import pynvml  # from the nvidia-ml-py package
+except ImportError:  # pragma: no cover - a dependency of sweeps
+    pynvml = None
+
+MB = 2**20
+
+
+def _clock_events(n: Any, h: Any) -> int:  # renamed from "throttle reasons" in NVML 12
+    fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
+    return int(fn(h))
+
+
+# sample field → query (n: the NVML module, h: a device handle); GPU columns are "gpu<k>_<field>"
+GPU_FIELDS: dict[str, Callable[[Any, Any], float]] = {
+    "sm_clock_mhz": lambda n, h: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),  # MHz
+    "mem_clock_mhz": lambda n, h: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM),  # MHz
+    "util_pct": lambda n, h: n.nvmlDeviceGetUtilizationRates(h).gpu,  # % of the last 1/6–1 s busy
+    "mem_used_mb": lambda n, h: n.nvmlDeviceGetMemoryInfo(h).used / MB,  # bytes → MB (2**20)
+    "temp_c": lambda n, h: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),  # °C
+    "power_w": lambda n, h: n.nvmlDeviceGetPowerUsage(h) / 1e3,  # mW → W
+    "fan_pct": lambda n, h: n.nvmlDeviceGetFanSpeed(h),  # % of maximum (none on passive boards)
+    "throttle_reasons": _clock_events,  # bitmask, see telemetry_stats.REASONS
+    # mJ since the driver loaded (Volta and newer) → J since the sampler started
+    "energy_j": lambda n, h: n.nvmlDeviceGetTotalEnergyConsumption(h) / 1e3,
+}
+# psutil: process CPU % (100 = one core, over the time since the previous sample), process RSS
+# (MB) and memory in use machine-wide, total − available (MB)
+HOST_FIELDS = ("cpu_pct", "rss_mb", "sys_mem_used_mb")
+# Errors that mean "this GPU cannot answer this query", for good: the field is dropped.
+PERMANENT = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError_NoPermission")
+
+
+def why(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def nvml_problem(nvml: Any = None) -> str:
+    """Why NVML cannot be used here ("" when it can): no nvidia-ml-py, no library, no driver."""
+    n = nvml or pynvml
+    if n is None:
+        return "nvidia-ml-py is not installed"
+    try:
+        n.nvmlInit()
+    except Exception as e:  # NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
+        return f"no NVML ({why(e)})"
+    n.nvmlShutdown()
+    return ""
+
+
+def gpu_ids(device: Any) -> list[int | str]:
+    """NVML identifiers of the GPUs a job on ``device`` (a torch.device) uses: the CUDA device's
+    UUID (robust to ``CUDA_VISIBLE_DEVICES`` and CUDA's device order), else its index."""
+    if device.type != "cuda":
+        return []
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    try:
+        uuid = str(torch.cuda.get_device_properties(index).uuid)
+    except Exception:
+        return [index]
+    return [uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"]

@@ -1,0 +1,98 @@
+"""python -m sweeps.report on a store filled by real small sweeps."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import TEST_CONF, run_cli, store
+from sweeps import report
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def batch_sweep(tmp_path_factory):
+    """oom_above (OOM above batch 32) and mlp at batch 128 and 16 — given in that order, so text
+    order ("128" < "16") and numeric order differ."""
+    cwd = tmp_path_factory.mktemp("report")
+    proc = run_cli(["-m", "model=oom_above,mlp", "batch=128,16", "dataset=synthetic", "dataset.shape=[1,8,8]",
+                    "dataset.train_size=256", "dataset.test_size=64", "epochs=2", "device=cpu", TEST_CONF], cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = cwd / "out"
+    assert report.main(["--tracking-uri", store(cwd).tracking_uri, "--out", str(out)]) == 0
+    return cwd, out, (out / "report.md").read_text()
+
+
+def _block(text: str, heading: str) -> list[str]:
+    """The lines of the first table under ``## heading``."""
+    after = text.split(f"## {heading}\n", 1)[1]
+    return [line for line in after.split("\n## ", 1)[0].splitlines() if line.startswith("|")]
+
+
+def _table_after(text: str, heading: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in _block(text, heading)[2:]]
+
+
+def test_reference_tables_per_model_sorted_by_numeric_batch(batch_sweep):
+    _, _, text = batch_sweep
+    mlp = _table_after(text, "model=mlp")
+    assert [r[0] for r in mlp] == ["16", "128"]
+    assert re.fullmatch(r"0:00:\d\d", mlp[0][3]) and 0 <= float(mlp[0][4]) <= 1
+    header = _block(text, "model=mlp")[0]
+    assert header == "| batch | first epoch [s] | median epoch from 2 [s] | total time | accuracy | peak MB |"
+
+
+def test_oom_rows_say_oom(batch_sweep):
+    _, _, text = batch_sweep
+    oom = _table_after(text, "model=oom_above")
+    assert [r[0] for r in oom] == ["16", "128"]
+    assert oom[0][1] != "OOM" and oom[1][1] == "OOM"
+
+
+def test_figures_written_and_listed(batch_sweep):
+    _, out, text = batch_sweep
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == ["accuracy_vs_batch.png", "epoch_time_vs_batch.png", "phases.png"]
+    for name in pngs:
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 5000
+        assert f"]({name})" in text
+
+
+def test_report_logged_to_the_parent_run(batch_sweep):
+    cwd, _, _ = batch_sweep
+    client = store(cwd)
+    exp = client.get_experiment_by_name("sweeps")
+    (parent,) = client.search_runs([exp.experiment_id], "tags.`sweeps.kind` = 'sweep'")
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert "report/report.md" in logged and "report/phases.png" in logged
+
+
+def test_device_comparison_and_inference_timing(tmp_path):
+    """A sweep over device (cuda unavailable here) and timing method: side-by-side columns."""
+    proc = run_cli(["-m", "task=inference", "model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]",
+                    "dataset.train_size=64", "dataset.test_size=64", "batch=32", "timing.iters=5",
+                    "timing.warmup=1", "device=cpu,cuda", "timing.mode=naive,events"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "out"
+    assert report.main(["--tracking-uri", store(tmp_path).tracking_uri, "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    rows = _table_after(text, "Comparison over device")
+    header = _block(text, "Comparison over device")[0]
+    assert header == "| job | device=cpu | device=cuda | speedup cuda |"
+    by_job = {r[0]: r for r in rows}
+    assert set(by_job) == {"timing.mode=naive", "timing.mode=events"}
+    import torch
+    if not torch.cuda.is_available():
+        assert by_job["timing.mode=naive"][2] == "UNAVAILABLE" and float(by_job["timing.mode=naive"][1]) > 0
+    inf = _table_after(text, "Inference timing")
+    assert len(inf) == 4
+    assert (out / "inference_timing.png").read_bytes().startswith(PNG)
+
+
+def test_no_sweep_is_one_line_and_exit_2(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert report.main(["--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("sweeps.report: error: no sweep")

@@ -1,0 +1,244 @@
+"""Telemetry: the sampler, energy accounting and summaries through a fake NVML at the hardware
+boundary (real nvidia-ml-py error classes), the no-driver path for real on this machine, and real
+CLI jobs (ok, oom, killed) that log host telemetry, its artifacts and the machine's fingerprint."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+
+import pynvml
+import pytest
+import torch
+
+from conftest import TEST_CONF, run_cli, runs, store
+from fake_nvml import Clock, FakeNVML
+from sweeps import env, telemetry_nvml
+from sweeps.telemetry import Telemetry, for_job
+from sweeps.telemetry_plot import render
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _script(fake: FakeNVML, clock: Clock, gpus=("GPU-fake-0",)) -> tuple[Telemetry, dict]:
+    """start at t=0, epoch 1 from t=1 to t=4 with samples at t=2 and 3, stop at t=5. The thread's
+    interval (1000 s) never comes: every sample is one the test takes, at a known time."""
+    tel = Telemetry(1000, list(gpus), nvml=fake, clock=clock)
+    clock.t = 0
+    tel.start()
+    clock.t = 1
+    tel.epoch_start(1)
+    for clock.t in (2, 3):
+        tel.sample()
+    clock.t = 4
+    metrics = tel.epoch_end(1)
+    clock.t = 5
+    tel.stop()
+    return tel, metrics
+
+
+def test_epoch_summaries_and_energy_from_the_counter():
+    clock = Clock()
+    fake = FakeNVML(clock)
+    tel, m = _script(fake, clock)
+    # window t = 1..4: means of levels are time-weighted, rates skip the window's first sample
+    assert m["gpu/sm_clock_mhz"] == pytest.approx(1250)  # 1000 + 100 t, mean over [1, 4]
+    assert m["gpu/mem_clock_mhz"] == pytest.approx(1215)
+    assert m["gpu/util_pct"] == pytest.approx(30)  # samples at t = 2, 3, 4: 20, 30, 40 %
+    assert m["gpu/power_w"] == pytest.approx(450)  # 200 + 100 t
+    assert m["gpu/temp_max_c"] == 44 and m["gpu/mem_used_max_mb"] == pytest.approx(1400)
+    assert m["gpu/fan_pct"] == 30
+    assert m["gpu/throttle_frac"] == pytest.approx(0.25)  # sw_power_cap at t = 3 only
+    assert m["gpu/energy_j"] == pytest.approx(200 * 3 + 50 * (16 - 1), abs=1e-3)  # counter e(4) - e(1)
+    assert {"host/cpu_pct", "host/rss_max_mb", "host/sys_mem_used_max_mb"} <= set(m)
+    s = tel.summary(train_samples=100)
+    assert s["energy/total_j"] == pytest.approx(200 * 5 + 50 * 25, abs=1e-3)  # start (t=0) to stop (t=5)
+    assert s["energy/train_j"] == pytest.approx(1350, abs=1e-3)
+    assert s["energy/j_per_sample"] == pytest.approx(13.5, abs=1e-5)
+    tags = tel.tags()
+    assert tags["telemetry"].startswith("GPU and host (NVML + psutil, every 1000 s): Fake GPU 0")
+    assert tags["telemetry.energy_method"] == "counter"
+    assert tags["telemetry.throttle_reasons"] == "gpu_idle, sw_power_cap"
+    assert fake.open == 0  # nvmlShutdown after nvmlInit
+
+
+def test_energy_by_power_integration_where_the_counter_is_not_supported():
+    clock = Clock()
+    fake = FakeNVML(clock, unsupported={"nvmlDeviceGetTotalEnergyConsumption"})
+    tel, m = _script(fake, clock)
+    assert m["gpu/energy_j"] == pytest.approx(1350)  # ∫ (200 + 100 t) dt over [1, 4]: trapezoids are exact
+    assert tel.summary(100)["energy/total_j"] == pytest.approx(2250)
+    assert tel.tags()["telemetry.energy_method"] == "power_integration"
+    assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 1  # asked once, then left out
+
+
+def test_a_field_the_gpu_does_not_support_is_left_out_and_a_transient_error_skips_one_sample():
+    clock = Clock()
+    fake = FakeNVML(clock, unsupported={"nvmlDeviceGetFanSpeed"})
+    fake.fail_next["nvmlDeviceGetPowerUsage"] = pynvml.NVMLError_Unknown()  # the start sample's power
+    tel, m = _script(fake, clock)
+    assert "gpu/fan_pct" not in m and m["gpu/power_w"] == pytest.approx(450)
+    assert fake.calls["nvmlDeviceGetFanSpeed"] == 1
+    assert "not supported: gpu0 fan_pct" in tel.tags()["telemetry"]
+    table = list(csv.DictReader(io.StringIO(tel.csv())))
+    assert "gpu0_fan_pct" not in table[0] and table[0]["gpu0_power_w"] == "" and table[1]["gpu0_power_w"] == "300.0"
+
+
+def test_several_gpus_add_power_and_energy_and_report_the_hottest():
+    clock = Clock()
+    tel, m = _script(FakeNVML(clock, gpus=2), clock, gpus=("GPU-fake-0", "GPU-fake-1"))
+    assert m["gpu/power_w"] == pytest.approx(900) and m["gpu/energy_j"] == pytest.approx(2700, abs=1e-3)
+    assert m["gpu/temp_max_c"] == 45 and m["gpu/util_pct"] == pytest.approx(30)
+
+
+def test_csv_has_one_row_per_sample_with_epoch_edges():
+    clock = Clock()
+    tel, _ = _script(FakeNVML(clock), clock)
+    table = list(csv.DictReader(io.StringIO(tel.csv())))
+    assert len(table) == len(tel.rows) == 6
+    assert [r["mark"] for r in table] == ["start", "epoch_start", "", "", "epoch_end", "stop"]
+    assert [r["epoch"] for r in table] == ["", "1", "1", "1", "1", ""]
+    assert [float(r["t_s"]) for r in table] == [0, 1, 2, 3, 4, 5]
+    assert float(table[0]["gpu0_energy_j"]) == 0 and float(table[-1]["gpu0_energy_j"]) == pytest.approx(2250)
+    assert table[0]["cpu_pct"] == "" and float(table[0]["rss_mb"]) > 0
+
+
+def test_figures_are_png_for_gpu_and_for_host_only():
+    clock = Clock()
+    tel, _ = _script(FakeNVML(clock), clock)
+    gpu_png = render(tel, "model=mlp batch=64")
+    host = Telemetry(1000).start()
+    host.epoch_start(1)
+    host.epoch_end(1)
+    host.stop()
+    host_png = render(host, "cpu job")
+    assert gpu_png.startswith(PNG) and host_png.startswith(PNG)
+    assert len(gpu_png) > len(host_png) > 5_000  # five GPU panels more than the host's two
+
+
+def test_no_library_turns_gpu_telemetry_off_with_the_reason():
+    fake = FakeNVML(Clock(), init_error=pynvml.NVMLError_LibraryNotFound())
+    tel = Telemetry(1000, ["GPU-fake-0"], nvml=fake).start()
+    tel.epoch_start(1)
+    m = tel.epoch_end(1)
+    tel.stop()
+    assert not tel.handles and not any(k.startswith("gpu/") for k in m) and "host/rss_max_mb" in m
+    assert tel.summary(10) == {}
+    assert tel.tags() == {"telemetry": "host only (psutil, every 1000 s); GPU off: no NVML "
+                                       "(NVMLError_LibraryNotFound: NVML Shared Library Not Found)"}
+
+
+def test_a_gpu_nvml_cannot_find_turns_gpu_telemetry_off():
+    fake = FakeNVML(Clock())
+    tel = Telemetry(1000, ["GPU-elsewhere"], nvml=fake).start()
+    tel.stop()
+    assert "GPU off: GPU GPU-elsewhere not found in NVML (NVMLError_NotFound" in tel.tags()["telemetry"]
+    assert fake.open == 0
+
+
+def test_no_driver_here_for_real():
+    if not telemetry_nvml.nvml_problem():
+        pytest.skip("NVML works on this machine")
+    tel = Telemetry(1000, [0]).start()  # the real nvidia-ml-py
+    tel.stop()
+    assert "GPU off: no NVML (NVMLError_" in tel.tags()["telemetry"]
+    cpu = for_job(1000, torch.device("cpu"))
+    cpu.stop()
+    assert "GPU off: the job runs on cpu; no NVML (NVMLError_" in cpu.tags()["telemetry"]
+    assert env.fingerprint()["nvml"].startswith("NVMLError_") and env.environment_tags()["env.driver"] == "none"
+
+
+def test_fingerprint_reads_driver_cuda_and_power_limit_from_nvml():
+    fake = FakeNVML(Clock(), gpus=2, unsupported={"nvmlDeviceGetPciInfo"})
+    info = env._nvml(fake)
+    assert info["driver"] == "580.65.06" and info["cuda_driver"] == "13.0" and fake.open == 0
+    gpu1 = info["gpus"]["GPU-fake-1"]
+    assert gpu1["name"] == "Fake GPU 1" and gpu1["power_limit_w"] == 700 and gpu1["memory_gb"] == 85.9
+    assert gpu1["max_sm_clock_mhz"] == 1980 and gpu1["pci_bus_id"] is None  # not supported: left out
+    assert env._nvml(FakeNVML(Clock(), init_error=pynvml.NVMLError_LibraryNotFound())) == {
+        "problem": "NVMLError_LibraryNotFound: NVML Shared Library Not Found"}
+
+
+def test_a_cuda_job_samples_its_gpu_through_the_module_telemetry_imports(monkeypatch):
+    fake = FakeNVML(time.monotonic)
+    monkeypatch.setattr(telemetry_nvml, "pynvml", fake)  # where sweeps.telemetry finds nvidia-ml-py
+    tel = for_job(1000, torch.device("cuda", 0))  # no CUDA here: found by index, not UUID
+    tel.epoch_start(1)
+    m = tel.epoch_end(1)
+    tel.stop()
+    assert tel.names == ["Fake GPU 0"] and "gpu/energy_j" in m and "gpu/power_w" in m
+    assert fake.open == 0
+
+
+def test_interval_zero_is_off():
+    tel = Telemetry(0, ["GPU-fake-0"], nvml=FakeNVML(Clock())).start()
+    tel.epoch_start(1)
+    assert tel.epoch_end(1) == {} and tel.rows == [] and tel.summary(10) == {}
+    tel.stop()
+    assert tel.tags() == {"telemetry": "off (telemetry.interval_s=0)"}
+
+
+def test_the_thread_samples_on_its_interval_and_stops():
+    tel = Telemetry(0.02, []).start()
+    time.sleep(0.3)
+    tel.stop()
+    n = len(tel.rows)
+    assert 4 <= sum(1 for r in tel.rows if r[3] == "") <= 20
+    time.sleep(0.05)
+    assert len(tel.rows) == n and not tel._thread.is_alive()
+
+
+def test_config_defaults_and_a_negative_interval_is_bad_input():
+    from hydra import compose, initialize_config_dir
+
+    from sweeps import config
+    from sweeps.errors import UsageError
+
+    config.register()
+    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
+        default = compose("config")
+        bad = compose("config", overrides=["telemetry.interval_s=-1"])
+    assert default.telemetry.interval_s == 1.0 and default.telemetry.figure is True
+    with pytest.raises(UsageError, match=r"telemetry.interval_s=-1\.0 is not valid"):
+        config.validate(bad)
+
+
+@pytest.fixture(scope="module")
+def cli_sweep(tmp_path_factory):
+    """Three real CPU jobs in one process: an OOM, an ok job, and one interrupted in epoch 2
+    (KeyboardInterrupt, which ends the sweep)."""
+    cwd = tmp_path_factory.mktemp("telemetry_sweep")
+    args = ["-m", "model=oom_above,mlp,interrupt_after", "batch=64", "dataset=synthetic", "dataset.shape=[1,8,8]",
+            "dataset.train_size=128", "dataset.test_size=32", "epochs=2", "device=cpu", TEST_CONF]
+    proc = run_cli(args, cwd)
+    return cwd, proc, {r.info.run_name: r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags}
+
+
+def test_cli_jobs_log_host_telemetry_and_say_why_gpu_is_off(cli_sweep):
+    cwd, proc, jobs = cli_sweep
+    assert set(jobs) == {"model=oom_above", "model=mlp", "model=interrupt_after"}, proc.stderr[-3000:]
+    client = store(cwd)
+    ok = jobs["model=mlp"]
+    assert ok.data.tags["telemetry"].startswith("host only (psutil, every 1 s); GPU off: the job runs on cpu")
+    assert proc.stdout.count("telemetry: host only") + proc.stderr.count("telemetry: host only") == 3
+    for key in ("host/cpu_pct", "host/rss_max_mb", "host/sys_mem_used_max_mb"):
+        assert sorted(m.step for m in client.get_metric_history(ok.info.run_id, key)) == [1, 2], key
+    assert not any(k.startswith(("gpu/", "energy/")) for k in ok.data.metrics)
+    fp = json.loads(open(client.download_artifacts(ok.info.run_id, "fingerprint.json", str(cwd))).read())
+    assert fp["torch"] == torch.__version__ and fp["cpu"]["cores"] and fp["ram_gb"] > 0 and fp["gpus"] == []
+    for tag in ("env.cudnn", "env.cuda_driver", "env.power_limit_w", "env.gpu_memory_gb", "env.os"):
+        assert ok.data.tags[tag], tag
+
+
+@pytest.mark.parametrize("job", ["model=mlp", "model=oom_above", "model=interrupt_after"])
+def test_cli_sampler_stops_and_logs_artifacts_on_every_outcome(cli_sweep, job):
+    cwd, _, jobs = cli_sweep
+    run = jobs[job]
+    assert run.data.tags["outcome"] == {"model=mlp": "ok", "model=oom_above": "oom"}.get(job, "killed")
+    client = store(cwd)
+    assert {"telemetry.csv", "telemetry.png", "fingerprint.json"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+    table = list(csv.DictReader(open(client.download_artifacts(run.info.run_id, "telemetry.csv", str(cwd)))))
+    assert table[0]["mark"] == "start" and table[-1]["mark"] == "stop"  # stopped, then logged
+    with open(client.download_artifacts(run.info.run_id, "telemetry.png", str(cwd)), "rb") as f:
+        assert f.read(8) == PNG
