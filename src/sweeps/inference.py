@@ -72,11 +72,12 @@ def time_forward(model: nn.Module, x: torch.Tensor, mode: str, warmup: int, iter
 
 
 def summarize(result: dict, batch: int) -> dict[str, float]:
-    """Median and spread of the per-iteration times (ms) and throughput (samples/s, from the median)."""
+    """Median and spread of the per-iteration times (ms), throughput (samples/s, from the median)
+    and the times themselves (``infer/iter_ms``, a list)."""
     t = sorted(result["times_ms"])
     q = statistics.quantiles(t, n=10) if len(t) > 1 else [t[0]] * 9
     median = statistics.median(t)
-    return {"infer/median_ms": median, "infer/mean_ms": statistics.fmean(t), "infer/min_ms": t[0],
+    return {"infer/iter_ms": result["times_ms"], "infer/median_ms": median, "infer/mean_ms": statistics.fmean(t), "infer/min_ms": t[0],
             "infer/p10_ms": q[0], "infer/p90_ms": q[-1], "infer/std_ms": statistics.pstdev(t),
             "infer/wall_s": result["wall_s"], "time/warmup_s": result["warmup_s"],
             "perf/samples_per_s": batch / (median / 1e3) if median > 0 else 0.0}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import statistics
 
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -21,36 +20,14 @@ from sweeps import telemetry, tracking
 from sweeps.config import batch_size, scaled_lr, validate
 from sweeps.console import EpochTable
 from sweeps.data import build_datasets, default_workers, make_loaders
+from sweeps.device import apply_precision, resolve_device
 from sweeps.env import environment_tags, fingerprint_json
-from sweeps.errors import DataUnavailable, DeviceUnavailable
+from sweeps.errors import DataUnavailable
 from sweeps.models import count_parameters
 from sweeps.sweep import print_summary
-from sweeps.train import Trainer, make_optimizer, make_schedule
+from sweeps.train import Trainer, make_optimizer, make_schedule, summarize
 
 log = logging.getLogger("sweeps")
-
-
-def resolve_device(cfg: DictConfig) -> torch.device:
-    """``auto`` → ``cuda:<index>`` when CUDA is present, else ``cpu``.
-
-    Raises:
-        DeviceUnavailable: ``cuda`` asked for where there is none, or the index is out of range.
-    """
-    if cfg.name == "cpu" or (cfg.name == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise DeviceUnavailable("device=cuda but no CUDA device is visible here "
-                                "(torch.cuda.is_available() is False); use device=cpu or device=auto")
-    if not 0 <= cfg.index < torch.cuda.device_count():
-        raise DeviceUnavailable(f"device.index={cfg.index} but this machine has "
-                                f"{torch.cuda.device_count()} CUDA device(s): use 0..{torch.cuda.device_count() - 1}")
-    return torch.device("cuda", cfg.index)
-
-
-def apply_precision(cfg: DictConfig) -> None:
-    """``fp32``: true IEEE fp32 — PyTorch lets cuDNN convolutions use TF32 by default."""
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def _hydra_context() -> tuple[str, dict[str, str], bool]:
@@ -64,21 +41,6 @@ def _hydra_context() -> tuple[str, dict[str, str], bool]:
     name = " ".join(o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
     name = name or hc.job.override_dirname or " ".join(f"{g}={choices[g]}" for g in ("model", "dataset") if g in choices)
     return name, choices, multirun
-
-
-def summarize(records: list[dict], regression: bool) -> dict[str, float]:
-    """Job-level metrics from the per-epoch records (``time/median_epoch_s`` needs ≥ 2 epochs:
-    the first epoch carries warm-up — cuDNN autotuning, allocator growth, worker start)."""
-    if not records:
-        return {}
-    times = [r["time/epoch_s"] for r in records]
-    last = records[-1]
-    out = {"time/first_epoch_s": times[0], "time/total_s": last["time/elapsed_s"],
-           "mem/peak_mb": max(r["mem/peak_mb"] for r in records)}
-    if len(times) > 1:
-        out["time/median_epoch_s"] = statistics.median(times[1:])
-    out["test/final_rmse" if regression else "test/final_acc"] = last["test/rmse" if regression else "test/acc"]
-    return out
 
 
 def _close_telemetry(job: tracking.JobRun, tel: telemetry.Telemetry | None, records: list[dict],
@@ -101,18 +63,52 @@ def _close_telemetry(job: tracking.JobRun, tel: telemetry.Telemetry | None, reco
         log.warning("job %s: telemetry not logged (%s: %s)", title, type(e).__name__, e)
 
 
+def _open_run(cfg: DictConfig, name: str, choices: dict, multirun: bool, tags: dict):
+    """The job's MLflow run, nested under the sweep's parent in a multirun, with the resolved
+    config (params and config.yaml), the machine (env.* tags and fingerprint.json) and ``tags``."""
+    client, experiment_id = tracking.prepare(cfg)
+    job = tracking.JobRun(client, experiment_id, name, tracking.parent_run_id() if multirun else None,
+                          {**environment_tags(), tracking.OVERRIDES_TAG: name, **tags})
+    job.log_params({**tracking.flatten(cfg), **choices})
+    job.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+    job.log_text(fingerprint_json(), "fingerprint.json")
+    return client, job
+
+
 def _skip(cfg: DictConfig, name: str, choices: dict, multirun: bool, why: str) -> str:
     """Log a job whose data is missing as ``outcome=unavailable`` (``dataset.if_missing=skip``)."""
     log.warning("job %s: unavailable: %s", name, why)
-    client, experiment_id = tracking.prepare(cfg)
-    job = tracking.JobRun(client, experiment_id, name, tracking.parent_run_id() if multirun else None,
-                          {**environment_tags(), tracking.OVERRIDES_TAG: name,
-                           tracking.OUTCOME_TAG: oc.UNAVAILABLE, tracking.ERROR_TAG: why})
-    job.log_params({**tracking.flatten(cfg), **choices})
+    _, job = _open_run(cfg, name, choices, multirun, {tracking.OUTCOME_TAG: oc.UNAVAILABLE, tracking.ERROR_TAG: why})
     if isinstance(cfg.batch, int):
         job.log_metrics({"batch_size": cfg.batch})
     job.end("FINISHED")
     return oc.UNAVAILABLE
+
+
+def _execute(cfg: DictConfig, job: tracking.JobRun, data: tuple, batch: int, lr: float,
+             device: torch.device, tel, on_epoch) -> None:
+    """Build the model on ``device`` and run the task: training epochs, or timed inference.
+    ``data`` is ``(train_set, test_set, spec)``. Raises whatever the work raises (OOM, ...);
+    everything it allocates is local, so it is freed when this frame is gone."""
+    train_set, test_set, spec = data
+    apply_precision(cfg.precision)
+    torch.manual_seed(cfg.seed)
+    model = instantiate(cfg.model, in_shape=spec.in_shape, num_outputs=spec.num_outputs).to(device)
+    job.log_metrics({"model/params": count_parameters(model)})
+    if cfg.task == "inference":
+        x = inference.first_batch(test_set, batch, device)
+        stats = inference.summarize(inference.time_forward(model, x, cfg.timing.mode, cfg.timing.warmup,
+                                                           cfg.timing.iters), batch)
+        job.log_series("infer/iter_ms", stats.pop("infer/iter_ms"))
+        job.log_metrics(stats)
+        log.info("inference, timing.mode=%s: median %.3f ms per batch of %d", cfg.timing.mode,
+                 stats["infer/median_ms"], batch)
+        return
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr)
+    trainer = Trainer(model, spec, optimizer, make_schedule(cfg.schedule, optimizer, cfg.epochs),
+                      device, cfg.log_every_s, monitor=tel)
+    loaders = make_loaders(train_set, test_set, batch, device, default_workers(cfg.dataset, device), cfg.seed)
+    trainer.fit(*loaders, cfg.epochs, on_epoch)
 
 
 def run(cfg: DictConfig) -> str:
@@ -131,13 +127,7 @@ def run(cfg: DictConfig) -> str:
         return _skip(cfg, name, choices, multirun, str(e))
     batch = batch_size(cfg, len(train_set))
     lr = scaled_lr(cfg.optimizer.base_lr, batch, cfg.lr_scaling.base_batch, cfg.lr_scaling.rule)
-    client, experiment_id = tracking.prepare(cfg)
-    parent = tracking.parent_run_id() if multirun else None
-    job = tracking.JobRun(client, experiment_id, name, parent,
-                          {**environment_tags(), tracking.OVERRIDES_TAG: name, tracking.OUTCOME_TAG: "running"})
-    job.log_params({**tracking.flatten(cfg), **choices})
-    job.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
-    job.log_text(fingerprint_json(), "fingerprint.json")
+    client, job = _open_run(cfg, name, choices, multirun, {tracking.OUTCOME_TAG: "running"})
     job.log_metrics({"batch_size": batch, "lr": lr})
     log.info("job %s: batch %d, lr %.4g, %d train / %d test examples", name, batch, lr,
              len(train_set), len(test_set))
@@ -156,23 +146,7 @@ def run(cfg: DictConfig) -> str:
     try:
         device = resolve_device(cfg.device)
         tel = telemetry.for_job(cfg.telemetry.interval_s, device)  # stopped in the finally below
-        apply_precision(cfg.precision)
-        torch.manual_seed(cfg.seed)
-        model = instantiate(cfg.model, in_shape=spec.in_shape, num_outputs=spec.num_outputs).to(device)
-        job.log_metrics({"model/params": count_parameters(model)})
-        if cfg.task == "inference":
-            x = inference.first_batch(test_set, batch, device)
-            result = inference.time_forward(model, x, cfg.timing.mode, cfg.timing.warmup, cfg.timing.iters)
-            job.log_series("infer/iter_ms", result["times_ms"])
-            job.log_metrics(inference.summarize(result, batch))
-            log.info("inference, timing.mode=%s: median %.3f ms per batch of %d", cfg.timing.mode,
-                     inference.summarize(result, batch)["infer/median_ms"], batch)
-        else:
-            optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr)
-            trainer = Trainer(model, spec, optimizer, make_schedule(cfg.schedule, optimizer, cfg.epochs),
-                              device, cfg.log_every_s, monitor=tel)
-            loaders = make_loaders(train_set, test_set, batch, device, default_workers(cfg.dataset, device), cfg.seed)
-            trainer.fit(*loaders, cfg.epochs, on_epoch)
+        _execute(cfg, job, (train_set, test_set, spec), batch, lr, device, tel, on_epoch)
     except (KeyboardInterrupt, SystemExit):
         _close_telemetry(job, tel, records, cfg.telemetry.figure, name)
         job.set_tags({tracking.OUTCOME_TAG: oc.KILLED, tracking.ERROR_TAG: "interrupted"})
@@ -190,7 +164,6 @@ def run(cfg: DictConfig) -> str:
         if tel is not None:  # on every path: ok, oom, error, killed (idempotent)
             tel.stop()
     # out of the except block: the failed frames (and their tensors) are gone now
-    model = optimizer = trainer = loaders = x = None  # noqa: F841
     oc.release_memory(device)
     oc.note(outcome)
     summary = summarize(records, spec.task == "regression")

@@ -6,6 +6,7 @@ and read once per epoch, and the phase timer records events without synchronizin
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from typing import Callable
 
@@ -153,3 +154,18 @@ class Trainer:
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated(self.device) / 2**20
         return peak_rss / 2**20
+
+
+def summarize(records: list[dict], regression: bool) -> dict[str, float]:
+    """Job-level metrics from the per-epoch records (``time/median_epoch_s`` needs ≥ 2 epochs:
+    the first epoch carries warm-up — cuDNN autotuning, allocator growth, worker start)."""
+    if not records:
+        return {}
+    times = [r["time/epoch_s"] for r in records]
+    last = records[-1]
+    out = {"time/first_epoch_s": times[0], "time/total_s": last["time/elapsed_s"],
+           "mem/peak_mb": max(r["mem/peak_mb"] for r in records)}
+    if len(times) > 1:
+        out["time/median_epoch_s"] = statistics.median(times[1:])
+    out["test/final_rmse" if regression else "test/final_acc"] = last["test/rmse" if regression else "test/acc"]
+    return out
