@@ -2,6 +2,7 @@
 ``hydra.searchpath`` (tests/conf) and ``PYTHONPATH`` (this folder)."""
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import torch
@@ -52,4 +53,20 @@ class InterruptAfter(nn.Module):
         self.calls -= 1
         if self.calls < 0:
             raise KeyboardInterrupt
+        return self.net(x)
+
+
+class Slow(nn.Module):
+    """An MLP that sleeps ``delay_s`` in each training forward, so a test can signal it mid-run.
+    Its arithmetic is the plain MLP's: loss curves compare with uninterrupted runs."""
+
+    def __init__(self, in_shape: Sequence[int], num_outputs: int, delay_s: float = 0.05):
+        super().__init__()
+        self.delay_s = delay_s
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(int(torch.tensor(in_shape).prod()), 32), nn.ReLU(),
+                                 nn.Dropout(0.1), nn.Linear(32, num_outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            time.sleep(self.delay_s)
         return self.net(x)

@@ -63,3 +63,80 @@ def test_design_card_sweep_without_cifar_stops_at_once(tmp_path):
     exp = client.get_experiment_by_name("sweeps")
     (parent,) = client.search_runs([exp.experiment_id])  # the parent only: no job run was started
     assert parent.info.status == "FAILED" and "CIFAR-10" in parent.data.tags["sweeps.stopped"]
+
+
+def test_unknown_preset(tmp_path):
+    proc = run_cli(["+experiment=nope"], tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "experiment/nope" in proc.stderr.splitlines()[0]
+
+
+def test_empty_imagefolder(tmp_path):
+    for split in ("train", "val"):
+        (tmp_path / "imgs" / split).mkdir(parents=True)
+    line = _one_error_line(run_cli(["model=mlp", "dataset=imagefolder", f"dataset.root={tmp_path / 'imgs'}",
+                                    "device=cpu", "epochs=1"], tmp_path))
+    assert "dataset.root=" in line and "class folder" in line.lower()
+
+
+def test_corrupt_image_is_named_in_one_line(tmp_path):
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for cls in ("a", "b"):
+            d = tmp_path / "imgs" / split / cls
+            d.mkdir(parents=True)
+            for i in range(4):
+                Image.new("L", (8, 8), color=40 * i).save(d / f"{i}.png")
+    (tmp_path / "imgs" / "train" / "b" / "3.png").write_bytes(b"\x89PNG broken")
+    line = _one_error_line(run_cli(["model=mlp", "dataset=imagefolder", f"dataset.root={tmp_path / 'imgs'}",
+                                    "batch=4", "device=cpu", "epochs=1"], tmp_path))
+    assert "cannot read image" in line and "b/3.png" in line
+
+
+def test_corrupt_image_met_in_a_loader_worker_is_named():
+    """Past the sampled images a corrupt file surfaces in a DataLoader worker: the job's one-line
+    error is the worker's last line (the file), not "Caught ... in DataLoader worker"."""
+    from sweeps.outcome import classify
+
+    text = ("Caught UnidentifiedImageError in DataLoader worker process 0.\nOriginal Traceback (most recent call"
+            " last):\n  File \"x.py\", line 1\nPIL.UnidentifiedImageError: cannot identify image file 'a/3.png'")
+    assert classify(OSError(text)) == ("error", "PIL.UnidentifiedImageError: cannot identify image file 'a/3.png'")
+
+
+def test_unwritable_mlruns(tmp_path, tiny):
+    (tmp_path / "mlruns").write_text("a file where the store's folder should be")
+    line = _one_error_line(run_cli(["model=mlp", *tiny], tmp_path))
+    assert "mlruns" in line and "mlflow.tracking_uri" in line
+
+
+def test_unreachable_tracking_server_fails_fast(tmp_path, tiny):
+    import time
+
+    t0 = time.monotonic()
+    line = _one_error_line(run_cli(["model=mlp", *tiny, "mlflow.tracking_uri=http://127.0.0.1:9"], tmp_path))
+    assert "http://127.0.0.1:9" in line and "does not answer" in line
+    assert time.monotonic() - t0 < 60  # seconds, not MLflow's minutes of retries
+
+
+def test_cuda_index_out_of_range(monkeypatch):
+    """Faked at the hardware boundary: a machine with 2 GPUs asked for the third."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from sweeps.device import resolve_device
+    from sweeps.errors import DeviceUnavailable
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(DeviceUnavailable) as e:
+        resolve_device(OmegaConf.create({"name": "cuda", "index": 2}))
+    assert str(e.value) == "device.index=2 but this machine has 2 CUDA device(s): use 0..1"
+
+
+@pytest.mark.parametrize("override, names", [("timing.mode=fast", "timing.mode='fast'"),
+                                             ("dataset.if_missing=ignore", "dataset.if_missing='ignore'"),
+                                             ("task=serve", "task='serve'")])
+def test_unknown_values(tmp_path, tiny, override, names):
+    line = _one_error_line(run_cli(["model=mlp", *tiny, override], tmp_path))
+    assert names in line and "use" in line

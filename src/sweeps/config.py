@@ -20,7 +20,9 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 
 from sweeps.errors import UsageError
 
-TASKS = ("train", "inference")
+TASKS = ("train", "inference", "max_batch")
+LOADERS = ("dataloader", "device")
+DEVICE_LOADER_DATASETS = ("cifar10", "mnist", "diabetes", "synthetic")  # in memory: see sweeps.device_data
 
 # The project's config directory; @hydra.main and the tests compose from it.
 CONF_DIR = Path(__file__).resolve().parent / "conf"  # a link to the repo's conf/ (see pyproject)
@@ -42,6 +44,7 @@ class DatasetConfig:
     regression: bool = False  # synthetic: a regression target (scikit-learn make_regression)
     test_fraction: float = 0.2  # diabetes: share of rows held out for test
     if_missing: str = "stop"  # files missing: stop (the sweep, one line) | skip (outcome=unavailable)
+    loader: str = "dataloader"  # dataloader (host) | device (whole dataset on the device; in-memory sets only)
 
 
 @dataclass
@@ -58,6 +61,7 @@ class OptimizerConfig:
     nesterov: bool = False
     weight_decay: float = 0.0
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    impl: str = "auto"  # auto (fused on CUDA, else torch default) | fused | foreach | loop
 
 
 @dataclass
@@ -75,7 +79,7 @@ class ScheduleConfig:
 
 @dataclass
 class PrecisionConfig:
-    name: str = MISSING  # fp32
+    name: str = MISSING  # fp32 | tf32 | bf16 | fp16 (see sweeps.device.PRECISIONS)
 
 
 @dataclass
@@ -91,10 +95,23 @@ class TelemetryConfig:
 
 
 @dataclass
+class MaxBatchConfig:
+    start: int = 1  # task=max_batch: first batch tried (examples); doubled until one does not fit
+    limit: int = 65536  # largest batch tried (examples); reaching it ends the search (bound: limit)
+
+
+@dataclass
 class TimingConfig:
     mode: str = "events"  # task=inference: events | sync | naive (naive only to show its error)
     warmup: int = 10  # untimed forward passes first
     iters: int = 50  # timed forward passes
+
+
+@dataclass
+class CheckpointConfig:
+    every_epochs: int = 1  # save after every N-th epoch (0: never); a killed job resumes from it
+    dir: str = "checkpoints"  # one folder per job config hash below it
+    keep: int = 2  # newest files kept; all are removed once the job ends ok or oom
 
 
 @dataclass
@@ -112,7 +129,14 @@ class Config:
     epochs: int = 100
     seed: int = 0
     log_every_s: float = 2.0  # show a progress bar for epochs that take longer than this (s)
-    task: str = "train"  # train | inference
+    resume: bool = True  # skip jobs already done (ok/oom) in the experiment; resume killed ones
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    deterministic: bool = False  # deterministic kernels (slower on GPU); CPU runs are deterministic anyway
+    task: str = "train"  # train | inference | max_batch
+    compile: bool = False  # torch.compile the model; compilation + warm-up logged as time/compile_s
+    compile_mode: str = "default"  # default | reduce-overhead | max-autotune | max-autotune-no-cudagraphs
+    channels_last: bool = False  # NHWC memory format for convolutional models (and their input batches)
+    max_batch: MaxBatchConfig = field(default_factory=MaxBatchConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
 
 
@@ -196,6 +220,21 @@ def validate(cfg: DictConfig) -> None:
     if cfg.timing.iters <= 0 or cfg.timing.warmup < 0:
         raise UsageError(f"timing.iters={cfg.timing.iters}, timing.warmup={cfg.timing.warmup}: "
                          "use iters ≥ 1 and warmup ≥ 0")
+    if cfg.dataset.loader not in LOADERS:
+        raise UsageError(f"dataset.loader={cfg.dataset.loader!r} is unknown: use dataloader or device")
+    if cfg.dataset.loader == "device" and cfg.dataset.name not in DEVICE_LOADER_DATASETS:
+        raise UsageError(f"dataset.loader=device needs an in-memory dataset ({', '.join(DEVICE_LOADER_DATASETS)}); "
+                         f"{cfg.dataset.name} is decoded from files: use dataset.loader=dataloader")
+    if cfg.precision.name not in ("fp32", "tf32", "bf16", "fp16"):
+        raise UsageError(f"precision.name={cfg.precision.name!r} is unknown: use fp32, tf32, bf16 or fp16")
+    if cfg.optimizer.impl not in ("auto", "fused", "foreach", "loop"):
+        raise UsageError(f"optimizer.impl={cfg.optimizer.impl!r} is unknown: use auto, fused, foreach or loop")
+    if cfg.compile_mode not in ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+        raise UsageError(f"compile_mode={cfg.compile_mode!r} is unknown: use default, reduce-overhead, "
+                         "max-autotune or max-autotune-no-cudagraphs")
+    if not 1 <= cfg.max_batch.start <= cfg.max_batch.limit:
+        raise UsageError(f"max_batch.start={cfg.max_batch.start}, max_batch.limit={cfg.max_batch.limit}: "
+                         "use 1 ≤ start ≤ limit")
     if cfg.dataset.if_missing not in ("stop", "skip"):
         raise UsageError(f"dataset.if_missing={cfg.dataset.if_missing!r} is unknown: use stop or skip")
     if cfg.telemetry.interval_s < 0:

@@ -112,7 +112,14 @@ def _estimate_stats(folder: datasets.ImageFolder, extra: list, seed: int, n: int
     to_tensor = transforms.Compose([*extra, transforms.ToTensor()])
     g = torch.Generator().manual_seed(seed)
     idx = torch.randperm(len(folder), generator=g)[:n].tolist()
-    x = torch.stack([to_tensor(folder.loader(folder.samples[i][0])) for i in idx])
+    images = []
+    for i in idx:
+        path = folder.samples[i][0]
+        try:
+            images.append(to_tensor(folder.loader(path)))
+        except OSError as e:  # PIL.UnidentifiedImageError, truncated files
+            raise UsageError(f"cannot read image {path} ({type(e).__name__}): remove or replace it") from None
+    x = torch.stack(images)
     mean = x.mean(dim=(0, 2, 3))
     std = x.std(dim=(0, 2, 3)).clamp_min(1e-6)
     return tuple(mean.tolist()), tuple(std.tolist())

@@ -15,3 +15,9 @@ class DataUnavailable(UsageError):
 
 class DeviceUnavailable(Exception):
     """The requested device does not exist here; the job ends with ``outcome=unavailable``."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so the same cleanup runs; the process then exits 143."""
+
+    signal_name = "SIGTERM"

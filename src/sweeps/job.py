@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import torch
 from hydra.core.hydra_config import HydraConfig
@@ -16,11 +17,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeps import inference
 from sweeps import outcome as oc
-from sweeps import telemetry, tracking
+from sweeps import flops, max_batch, resume, speed, telemetry, tracking
+from sweeps.checkpoint import Checkpoints, rng_state, set_rng_state
 from sweeps.config import batch_size, scaled_lr, validate
 from sweeps.console import EpochTable
 from sweeps.data import build_datasets, default_workers, make_loaders
-from sweeps.device import apply_precision, resolve_device
+from sweeps.device_data import device_loaders
+from sweeps.device import apply_precision, resolve_device, set_determinism
 from sweeps.env import environment_tags, fingerprint_json
 from sweeps.errors import DataUnavailable
 from sweeps.models import count_parameters
@@ -86,29 +89,57 @@ def _skip(cfg: DictConfig, name: str, choices: dict, multirun: bool, why: str) -
 
 
 def _execute(cfg: DictConfig, job: tracking.JobRun, data: tuple, batch: int, lr: float,
-             device: torch.device, tel, on_epoch) -> None:
+             device: torch.device, tel, on_epoch, ckpt: Checkpoints, state: dict | None,
+             records: list[dict]) -> None:
     """Build the model on ``device`` and run the task: training epochs, or timed inference.
-    ``data`` is ``(train_set, test_set, spec)``. Raises whatever the work raises (OOM, ...);
-    everything it allocates is local, so it is freed when this frame is gone."""
+    ``data`` is ``(train_set, test_set, spec)``; ``state`` a checkpoint to resume from. Raises
+    whatever the work raises (OOM, ...); everything it allocates is local, so it is freed when
+    this frame is gone."""
     train_set, test_set, spec = data
-    apply_precision(cfg.precision)
+    precision = apply_precision(cfg.precision, device)
+    set_determinism(cfg.deterministic)
     torch.manual_seed(cfg.seed)
     model = instantiate(cfg.model, in_shape=spec.in_shape, num_outputs=spec.num_outputs).to(device)
     job.log_metrics({"model/params": count_parameters(model)})
     if cfg.task == "inference":
         x = inference.first_batch(test_set, batch, device)
-        stats = inference.summarize(inference.time_forward(model, x, cfg.timing.mode, cfg.timing.warmup,
-                                                           cfg.timing.iters), batch)
+        with precision.autocast(device):  # bf16/fp16: every forward pass under autocast
+            stats = inference.summarize(inference.time_forward(model, x, cfg.timing.mode, cfg.timing.warmup,
+                                                               cfg.timing.iters), batch)
         job.log_series("infer/iter_ms", stats.pop("infer/iter_ms"))
         job.log_metrics(stats)
         log.info("inference, timing.mode=%s: median %.3f ms per batch of %d", cfg.timing.mode,
                  stats["infer/median_ms"], batch)
         return
-    optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr)
+    channels_last = cfg.channels_last and speed.use_channels_last(model)
+    impl = speed.optimizer_kwargs(cfg.optimizer.impl, device, precision.scaled)
+    if cfg.task == "max_batch":
+        max_batch.run_task(cfg.max_batch, job, model, spec, device, precision, channels_last,
+                           lambda params: make_optimizer(cfg.optimizer, params, lr, **impl))
+        return
+    on_epoch = flops.tracker(job, model, spec, device, cfg.precision.name, on_epoch)  # + perf/flops_per_s, perf/mfu
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), lr, **impl)
     trainer = Trainer(model, spec, optimizer, make_schedule(cfg.schedule, optimizer, cfg.epochs),
-                      device, cfg.log_every_s, monitor=tel)
-    loaders = make_loaders(train_set, test_set, batch, device, default_workers(cfg.dataset, device), cfg.seed)
-    trainer.fit(*loaders, cfg.epochs, on_epoch)
+                      device, cfg.log_every_s, monitor=tel, precision=precision, channels_last=channels_last)
+    if cfg.dataset.loader == "device":
+        loaders = device_loaders(train_set, test_set, batch, device, cfg.dataset.augment, cfg.seed)
+    else:
+        loaders = make_loaders(train_set, test_set, batch, device, default_workers(cfg.dataset, device), cfg.seed)
+    if cfg.compile:  # compiled and warmed up here, out of the epoch times
+        job.log_metrics({"time/compile_s": speed.compile_and_warm(trainer, *loaders, cfg.compile_mode)})
+    start, elapsed = 1, 0.0
+    if state is not None:
+        trainer.load_state_dict(state)
+        set_rng_state(state["rng"], loaders[0])
+        start, elapsed = state["epoch"] + 1, records[-1]["time/elapsed_s"] if records else 0.0
+        log.info("resuming from the checkpoint of epoch %d", state["epoch"])
+
+    def after_epoch(rec: dict) -> None:
+        on_epoch(rec)
+        if ckpt.due(rec["epoch"]):  # outside the timed epoch: it does not bend epoch times
+            ckpt.save(rec["epoch"], {**trainer.state_dict(), "rng": rng_state(loaders[0]), "records": records})
+
+    trainer.fit(*loaders, cfg.epochs, after_epoch, start_epoch=start, elapsed_s=elapsed)
 
 
 def run(cfg: DictConfig) -> str:
@@ -119,6 +150,18 @@ def run(cfg: DictConfig) -> str:
     """
     validate(cfg)
     name, choices, multirun = _hydra_context()
+    client, experiment_id = tracking.prepare(cfg)
+    if not multirun:  # a sweep does this once, in its callback
+        resume.mark_stale(client, experiment_id)
+    chash = resume.config_hash(cfg)
+    previous = resume.previous_run(client, experiment_id, chash) if cfg.resume else None
+    if previous is not None and previous.data.tags.get(tracking.OUTCOME_TAG) in resume.DONE:
+        log.info("job %s: already done in run %s (outcome %s): skipped; resume=false runs it again", name,
+                 previous.info.run_id, previous.data.tags.get(tracking.OUTCOME_TAG))
+        oc.note(oc.SKIPPED)
+        return oc.SKIPPED
+    ckpt = Checkpoints(Path(cfg.checkpoint.dir) / chash, cfg.checkpoint.every_epochs, cfg.checkpoint.keep)
+    state = ckpt.load_latest() if previous is not None and cfg.task == "train" else None
     try:
         train_set, test_set, spec = build_datasets(cfg.dataset, cfg.seed)
     except DataUnavailable as e:
@@ -127,13 +170,18 @@ def run(cfg: DictConfig) -> str:
         return _skip(cfg, name, choices, multirun, str(e))
     batch = batch_size(cfg, len(train_set))
     lr = scaled_lr(cfg.optimizer.base_lr, batch, cfg.lr_scaling.base_batch, cfg.lr_scaling.rule)
-    client, job = _open_run(cfg, name, choices, multirun, {tracking.OUTCOME_TAG: "running"})
+    run_tags = {tracking.OUTCOME_TAG: "running", resume.HASH_TAG: chash, **resume.owner_tags()}
+    if state is not None:  # go on in the killed run: its metrics continue
+        job = tracking.JobRun.attach(client, previous.info.run_id)
+        job.set_tags({**run_tags, resume.RESUMED_TAG: "true", tracking.ERROR_TAG: ""})
+    else:
+        client, job = _open_run(cfg, name, choices, multirun, run_tags)
     job.log_metrics({"batch_size": batch, "lr": lr})
     log.info("job %s: batch %d, lr %.4g, %d train / %d test examples", name, batch, lr,
              len(train_set), len(test_set))
 
     table = EpochTable(spec.task == "regression")
-    records: list[dict] = []
+    records: list[dict] = list(state["records"]) if state is not None else []
 
     def on_epoch(rec: dict) -> None:
         if not records:
@@ -146,10 +194,13 @@ def run(cfg: DictConfig) -> str:
     try:
         device = resolve_device(cfg.device)
         tel = telemetry.for_job(cfg.telemetry.interval_s, device)  # stopped in the finally below
-        _execute(cfg, job, (train_set, test_set, spec), batch, lr, device, tel, on_epoch)
-    except (KeyboardInterrupt, SystemExit):
+        _execute(cfg, job, (train_set, test_set, spec), batch, lr, device, tel, on_epoch, ckpt, state, records)
+    except (KeyboardInterrupt, SystemExit) as e:
         _close_telemetry(job, tel, records, cfg.telemetry.figure, name)
-        job.set_tags({tracking.OUTCOME_TAG: oc.KILLED, tracking.ERROR_TAG: "interrupted"})
+        if records:
+            job.log_text(table.csv(records), "epochs.csv")
+        why = f"interrupted by {getattr(e, 'signal_name', 'SIGINT')}; rerun the sweep to resume from the last checkpoint"
+        job.set_tags({tracking.OUTCOME_TAG: oc.KILLED, tracking.ERROR_TAG: why})
         job.end("KILLED")
         raise
     except Exception as e:  # an outcome, not a crash: the sweep goes on
@@ -173,6 +224,8 @@ def run(cfg: DictConfig) -> str:
     _close_telemetry(job, tel, records, cfg.telemetry.figure, name)
     if records:
         job.log_text(table.csv(records), "epochs.csv")
+    if outcome in resume.DONE:
+        ckpt.clear()
     job.set_tags({tracking.OUTCOME_TAG: outcome, **({tracking.ERROR_TAG: error} if error else {})})
     job.end("FAILED" if outcome == oc.ERROR else "FINISHED")
     if not multirun:  # a sweep prints its summary once, at its end (sweeps.sweep)

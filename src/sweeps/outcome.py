@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+from collections import Counter
 
 import torch
 from hydra.errors import InstantiationException
@@ -9,13 +10,14 @@ from hydra.errors import InstantiationException
 from sweeps.errors import DeviceUnavailable
 
 OK, OOM, ERROR, UNAVAILABLE, KILLED = "ok", "oom", "error", "unavailable", "killed"
+SKIPPED = "skipped"  # already done in an earlier run of the same config (resume)
 
 # Text of the allocators' out-of-memory errors that are not torch.OutOfMemoryError:
 # CPU ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ..."), cuDNN/cuBLAS
 # workspaces ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED") and older CUDA builds.
 _OOM_TEXT = ("out of memory", "can't allocate memory", "status_alloc_failed")
 
-_process_errors = 0  # jobs that ended in `error` in this process; sets the exit status
+_counts: Counter = Counter()  # outcomes of the jobs run by this process (exit status, skips)
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -29,7 +31,10 @@ def classify(exc: BaseException) -> tuple[str, str]:
     """``(outcome, one-line message)`` for an exception that ended a job."""
     if isinstance(exc, InstantiationException) and exc.__cause__ is not None:
         exc = exc.__cause__  # hydra.utils.instantiate wraps the model's own error
-    first_line = (str(exc).strip().splitlines() or [""])[0][:500]
+    lines = str(exc).strip().splitlines() or [""]
+    if "Original Traceback" in str(exc):  # re-raised from a DataLoader worker: the cause is last
+        return (OOM if is_oom(exc) else ERROR), lines[-1].strip()[:500]
+    first_line = lines[0][:500]
     message = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
     if isinstance(exc, DeviceUnavailable):
         return UNAVAILABLE, first_line
@@ -53,12 +58,15 @@ def release_memory(device: torch.device | None = None) -> None:
 
 
 def note(outcome: str) -> None:
-    """Count a job's outcome toward the process's exit status."""
-    global _process_errors
-    if outcome == ERROR:
-        _process_errors += 1
+    """Count a job's outcome (exit status, the sweep's count of skipped jobs)."""
+    _counts[outcome] += 1
+
+
+def count(outcome: str) -> int:
+    """How many jobs of this process ended with ``outcome``."""
+    return _counts[outcome]
 
 
 def exit_status() -> int:
     """1 when any job in this process ended in ``error``, else 0."""
-    return 1 if _process_errors else 0
+    return 1 if _counts[ERROR] else 0

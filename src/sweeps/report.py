@@ -17,7 +17,7 @@ from mlflow import MlflowClient
 
 from sweeps import plots
 from sweeps.console import hms
-from sweeps.report_data import Job, find_sweep, history, load_jobs, swept_keys
+from sweeps.report_data import Job, find_sweep, history, load_jobs, max_batches, memory_key, swept_keys
 from sweeps.tracking import resolve_uri
 
 COMPARE_KEYS = ("device", "device.index", "device.gpus", "precision")  # side-by-side columns
@@ -41,13 +41,14 @@ def _score(job: Job) -> str:
     return _f(m.get("test/final_rmse"))
 
 
-def reference_tables(jobs: list[Job]) -> list[tuple[str, str]]:
+def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> list[tuple[str, str]]:
     """Study 1's table per group (every swept key but batch): batch | first epoch [s] | median
     epoch from 2 [s] | total time | accuracy or RMSE | peak MB. Rows by numeric batch size; jobs
-    that did not finish show their outcome in place of the times."""
+    that did not finish show their outcome in place of the times — an OOM as ``OOM (fits up to
+    N)`` when ``fits`` (:func:`sweeps.report_data.max_batches`) knows the largest batch that fits."""
     groups: dict[str, list[Job]] = {}
     for j in jobs:
-        if "infer/median_ms" not in j.metrics:
+        if "infer/median_ms" not in j.metrics and j.params.get("task") != "max_batch":
             groups.setdefault(j.label(exclude=("batch",)), []).append(j)
     regression = any("test/final_rmse" in j.metrics for j in jobs)
     headers = ["batch", "first epoch [s]", "median epoch from 2 [s]", "total time",
@@ -62,9 +63,22 @@ def reference_tables(jobs: list[Job]) -> list[tuple[str, str]]:
                 rows.append([batch, _f(m.get("time/first_epoch_s")), _f(m.get("time/median_epoch_s")),
                              hms(m.get("time/total_s")), _score(j), _f(m.get("mem/peak_mb"), 0)])
             else:
-                rows.append([batch, j.outcome.upper(), "", "", "", _f(j.metrics.get("mem/peak_mb"), 0)])
+                n = (fits or {}).get(memory_key(j.params, j.tags)) if j.outcome == "oom" else None
+                shown = j.outcome.upper() + (f" (fits up to {n})" if n else "")
+                rows.append([batch, shown, "", "", "", _f(j.metrics.get("mem/peak_mb"), 0)])
         out.append((label, md_table(headers, rows)))
     return out
+
+
+def max_batch_table(jobs: list[Job]) -> str | None:
+    """Per ``task=max_batch`` job: the largest batch that fits, the peak memory at it, whether the
+    search found the boundary (``exact``) or stopped at ``max_batch.limit``, and its trial count."""
+    rows = [[j.label(), j.outcome, _f(j.metrics.get("mem/max_batch"), 0), _f(j.metrics.get("mem/max_batch_peak_mb"), 0),
+             j.tags.get("max_batch.bound", "-"), _f(j.metrics.get("max_batch/trials"), 0)]
+            for j in jobs if j.params.get("task") == "max_batch"]
+    if not rows:
+        return None
+    return md_table(["job", "outcome", "max batch", "peak MB at it", "bound", "trials"], rows)
 
 
 def inference_table(jobs: list[Job]) -> str | None:
@@ -115,8 +129,10 @@ def build(client: MlflowClient, parent, out: Path) -> Path:
              f"- machine: {tags.get('env.cpu', '?')} ({tags.get('env.cores', '?')} cores, {tags.get('env.ram_gb', '?')} GB),"
              f" GPUs: {tags.get('env.gpus', '?')}; torch {tags.get('env.torch', '?')}, commit {tags.get('env.git_commit', '?')[:12]}",
              f"- generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", ""]
-    for label, table in reference_tables(jobs):
+    for label, table in reference_tables(jobs, max_batches(client, parent.info.experiment_id)):
         lines += [f"## {label}", "", table, ""]
+    if (table := max_batch_table(jobs)) is not None:
+        lines += ["## Largest batch that fits", "", table, ""]
     if (table := inference_table(jobs)) is not None:
         lines += ["## Inference timing", "", "`naive` times the host enqueueing CUDA work, not the work: "
                   "shown only to show its error.", "", table, ""]

@@ -90,3 +90,31 @@ def swept_keys(jobs: list[Job]) -> list[str]:
 def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
     """``[(step, value)]`` of a metric, by step."""
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+# Params that change how much memory a training step needs (the batch aside), and the machine.
+_MEMORY_KEYS = ("precision", "channels_last", "optimizer", "optimizer.impl", "dataset", "dataset.shape",
+                "dataset.image_size", "dataset.channels", "device.index")
+
+
+def memory_key(params: dict[str, str], tags: dict[str, str]) -> tuple:
+    """What a ``task=max_batch`` result depends on: model (and every ``model.*`` param), input
+    shape, precision, channels_last, optimizer, the device actually used and the machine."""
+    device = params.get("device", "?")
+    if device == "auto":  # auto is cuda where the machine has a GPU
+        device = "cpu" if tags.get("env.gpus", "none") == "none" else "cuda"
+    model = tuple(sorted((k, v) for k, v in params.items() if k == "model" or k.startswith("model.")))
+    return (model, device, tags.get("env.host"), tags.get("env.gpus"),
+            *(params.get(k) for k in _MEMORY_KEYS if not (device == "cpu" and k == "device.index")))
+
+
+def max_batches(client: MlflowClient, experiment_id: str) -> dict[tuple, int]:
+    """``{memory_key: mem/max_batch}`` from the experiment's finished ``task=max_batch`` jobs
+    (the newest one per key)."""
+    found: dict[tuple, int] = {}
+    runs = client.search_runs([experiment_id], "params.task = 'max_batch' and tags.outcome = 'ok'",
+                              order_by=["attributes.start_time DESC"], max_results=1000)
+    for run in runs:
+        if "mem/max_batch" in run.data.metrics:
+            found.setdefault(memory_key(dict(run.data.params), dict(run.data.tags)), int(run.data.metrics["mem/max_batch"]))
+    return found

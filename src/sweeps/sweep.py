@@ -14,7 +14,7 @@ from hydra.experimental.callback import Callback
 from mlflow import MlflowClient
 from omegaconf import DictConfig
 
-from sweeps import tracking
+from sweeps import outcome, resume, tracking
 from sweeps.console import summary_table
 from sweeps.env import environment_tags
 from sweeps.errors import UsageError
@@ -43,6 +43,8 @@ def summary_row(run: Any) -> dict:
         row["final"] = f"rmse {m['test/final_rmse']:.2f}"
     elif "infer/median_ms" in m:
         row["final"] = f"{m['infer/median_ms']:.2f} ms/batch"
+    elif "mem/max_batch" in m:  # task=max_batch
+        row["final"] = f"fits up to {m['mem/max_batch']:.0f}"
     return row
 
 
@@ -74,6 +76,16 @@ def stop(error: UsageError) -> None:
     raise SystemExit(2)
 
 
+def interrupted(signal_name: str) -> None:
+    """Close the sweep's parent run KILLED after SIGINT/SIGTERM (the job's run is closed by the job)."""
+    parent, uri = _close_sweep_env()
+    if parent and uri:
+        client = MlflowClient(uri)
+        client.set_tag(parent, "outcome", "killed")
+        client.set_tag(parent, "sweeps.stopped", f"interrupted by {signal_name}")
+        client.set_terminated(parent, "KILLED")
+
+
 def _close_sweep_env() -> tuple[str | None, str | None]:
     """Forget the sweep in this process (a later sweep in it starts clean); its parent run id and store."""
     os.environ.pop(tracking.SWEPT_KEYS_ENV, None)
@@ -88,8 +100,9 @@ class SweepCallback(Callback):
             client, experiment_id = tracking.prepare(config)
         except UsageError as e:
             stop(e)
+        resume.mark_stale(client, experiment_id)
         name = "/".join(Path(str(config.hydra.sweep.dir)).parts[-2:]) or "sweep"
-        tags = {**environment_tags(), "sweeps.kind": "sweep", "sweeps.sweep_dir": str(config.hydra.sweep.dir),
+        tags = {**environment_tags(), **resume.owner_tags(), "sweeps.kind": "sweep", "sweeps.sweep_dir": str(config.hydra.sweep.dir),
                 "sweeps.command": " ".join(["python -m sweeps", *sys.argv[1:]])[:5000]}
         run = client.create_run(experiment_id, run_name=f"sweep {name}", tags=tags)
         os.environ[tracking.PARENT_RUN_ENV] = run.info.run_id
@@ -105,4 +118,7 @@ class SweepCallback(Callback):
         client = MlflowClient(uri)
         experiment_id = client.get_run(parent).info.experiment_id
         print_summary(client, tracking.child_runs(client, experiment_id, parent), parent)
+        if skipped := outcome.count(outcome.SKIPPED):
+            print(f"{skipped} job(s) skipped: already done (ok/oom) in this experiment; resume=false runs them again")
+            client.set_tag(parent, f"outcomes.{outcome.SKIPPED}", str(skipped))
         client.set_terminated(parent, "FINISHED")

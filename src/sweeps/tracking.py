@@ -12,10 +12,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import requests
+from filelock import FileLock, Timeout
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 from omegaconf import DictConfig, OmegaConf
+from sqlalchemy.exc import SQLAlchemyError
 
 from sweeps.errors import UsageError
 
@@ -54,17 +58,43 @@ def resolve_uri(explicit: str | None = None) -> str:
 def prepare(cfg: DictConfig) -> tuple[MlflowClient, str]:
     """Client for the store and the experiment id, creating DB and experiment if needed.
 
-    Called once before a sweep's jobs start: a brand-new sqlite DB migrated by several processes
-    at once fails, so the first (and only) migration happens here.
+    A brand-new sqlite DB migrated by several processes at once fails, so creation is serialized
+    by a lock file beside the DB; a tracking server is asked for ``/health`` first, so an
+    unreachable one fails in seconds instead of MLflow's minutes of retries.
+
+    Raises:
+        UsageError: the store cannot be opened or the server does not answer (one line).
     """
-    client = MlflowClient(tracking_uri(cfg))
-    exp = client.get_experiment_by_name(cfg.mlflow.experiment)
+    uri = tracking_uri(cfg)
+    if uri.startswith(("http://", "https://")):
+        _check_server(uri)
+    try:
+        if uri.startswith("sqlite:///"):
+            with FileLock(uri[len("sqlite:///"):] + ".lock", timeout=120):
+                return _experiment(MlflowClient(uri), cfg.mlflow.experiment)
+        return _experiment(MlflowClient(uri), cfg.mlflow.experiment)
+    except (MlflowException, OSError, SQLAlchemyError, Timeout) as e:
+        detail = " ".join(str(e).split())[:200]
+        raise UsageError(f"cannot open the MLflow store {uri} ({type(e).__name__}: {detail}): check the path "
+                         "is writable or set mlflow.tracking_uri=...") from None
+
+
+def _check_server(uri: str, timeout_s: float = 5.0) -> None:
+    try:
+        requests.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
+    except requests.RequestException as e:
+        raise UsageError(f"the MLflow tracking server at {uri} does not answer ({type(e).__name__}); start it "
+                         "(mlflow server ...) or set mlflow.tracking_uri / MLFLOW_TRACKING_URI") from None
+
+
+def _experiment(client: MlflowClient, name: str) -> tuple[MlflowClient, str]:
+    exp = client.get_experiment_by_name(name)
     if exp is not None:
         return client, exp.experiment_id
     try:
-        return client, client.create_experiment(cfg.mlflow.experiment)
-    except Exception:  # another process created it between our lookup and create
-        exp = client.get_experiment_by_name(cfg.mlflow.experiment)
+        return client, client.create_experiment(name)
+    except MlflowException:  # another process created it between our lookup and create
+        exp = client.get_experiment_by_name(name)
         if exp is None:
             raise
         return client, exp.experiment_id
@@ -99,6 +129,14 @@ class JobRun:
         if parent_run_id:
             tags = {**tags, "mlflow.parentRunId": parent_run_id}
         self.run_id = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+
+    @classmethod
+    def attach(cls, client: MlflowClient, run_id: str) -> "JobRun":
+        """Reopen an existing run (a killed job resuming): status back to RUNNING."""
+        job = cls.__new__(cls)
+        job.client, job.run_id = client, run_id
+        client.update_run(run_id, status="RUNNING")
+        return job
 
     def log_params(self, params: dict[str, Any]) -> None:
         self.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params.items()])

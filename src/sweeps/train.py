@@ -18,16 +18,18 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from sweeps.data import DataSpec
+from sweeps.device import Precision
 from sweeps.timing import PHASES, PhaseTimer, synchronize, wall_clock
 
 
-def make_optimizer(cfg: DictConfig, params, lr: float) -> torch.optim.Optimizer:
-    """SGD (momentum, Nesterov, weight decay) or Adam from the ``optimizer`` node at ``lr``."""
+def make_optimizer(cfg: DictConfig, params, lr: float, **impl) -> torch.optim.Optimizer:
+    """SGD (momentum, Nesterov, weight decay) or Adam from the ``optimizer`` node at ``lr``;
+    ``impl``: ``fused=True`` / ``foreach=...`` (see :func:`sweeps.speed.optimizer_kwargs`)."""
     if cfg.name == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                               weight_decay=cfg.weight_decay)
+                               weight_decay=cfg.weight_decay, **impl)
     if cfg.name == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, **impl)
     raise ValueError(f"optimizer.name={cfg.name!r} is unknown: use sgd or adam")
 
 
@@ -54,8 +56,12 @@ class Trainer:
     """
 
     def __init__(self, model: nn.Module, spec: DataSpec, optimizer, schedule, device: torch.device,
-                 progress_after_s: float = 2.0, monitor=None):
+                 progress_after_s: float = 2.0, monitor=None, precision: Precision | None = None,
+                 channels_last: bool = False):
         self.model, self.spec, self.device = model, spec, device
+        self.precision = precision or Precision()  # autocast dtype and loss scaling (sweeps.device)
+        self.scaler = self.precision.grad_scaler(device)  # disabled (pass-through) unless fp16
+        self.channels_last = channels_last  # NHWC image batches for a channels_last model
         self.optimizer, self.schedule = optimizer, schedule
         self.regression = spec.task == "regression"
         self.loss_fn = nn.MSELoss() if self.regression else nn.CrossEntropyLoss()
@@ -73,18 +79,20 @@ class Trainer:
         bar = tqdm(loader, desc=desc, leave=False, delay=self.progress_after_s, disable=None)
         timer.start()
         for x, y in bar:
-            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            x, y = self._input(x), y.to(dev, non_blocking=True)
             timer.mark()  # data: waiting for the batch, and its copy to the device
-            out = model(x)
-            loss = self.loss_fn(out, y)
+            with self.precision.autocast(dev):
+                out = model(x)
+                loss = self.loss_fn(out, y)
             loss_sum += loss.detach() * len(x)
             if not self.regression:
                 correct += (out.detach().argmax(1) == y).sum()
             seen += len(x)
             timer.mark()  # forward (and the running loss/accuracy sums)
-            loss.backward()
+            self.scaler.scale(loss).backward()  # fp32/bf16: the scaler is disabled and passes loss through
             timer.mark()  # backward
-            self.optimizer.step()
+            self.scaler.step(self.optimizer)  # optimizer.step(), skipped by fp16 scaling on inf/NaN
+            self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
             timer.mark()  # optimizer
         bar.close()
@@ -104,9 +112,10 @@ class Trainer:
         correct = torch.zeros((), device=self.device, dtype=torch.long)
         seen = 0
         for x, y in loader:
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            out = self.model(x)
-            loss_sum += self.loss_fn(out, y) * len(x)
+            x, y = self._input(x), y.to(self.device, non_blocking=True)
+            with self.precision.autocast(self.device):
+                out = self.model(x)
+                loss_sum += self.loss_fn(out, y).float() * len(x)
             if not self.regression:
                 correct += (out.argmax(1) == y).sum()
             seen += len(x)
@@ -115,9 +124,27 @@ class Trainer:
             return {"test/loss": loss, "test/rmse": math.sqrt(loss) * self.spec.target_scale}
         return {"test/loss": loss, "test/acc": correct.item() / max(seen, 1)}
 
+    def _input(self, x: torch.Tensor) -> torch.Tensor:
+        """A batch on the device (no-op for device-resident data), NHWC when channels_last."""
+        if self.channels_last and x.dim() == 4:
+            return x.to(self.device, non_blocking=True, memory_format=torch.channels_last)
+        return x.to(self.device, non_blocking=True)
+
+    def state_dict(self) -> dict:
+        """Model, optimizer and schedule state (for a checkpoint)."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "schedule": self.schedule.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` saved."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+
     def fit(self, train_loader: DataLoader, test_loader: DataLoader, epochs: int,
-            on_epoch: Callable[[dict], None]) -> list[dict]:
-        """Run ``epochs`` epochs; returns the per-epoch records.
+            on_epoch: Callable[[dict], None], start_epoch: int = 1, elapsed_s: float = 0.0) -> list[dict]:
+        """Run epochs ``start_epoch``..``epochs`` (a resumed job starts past its checkpoint, with
+        ``elapsed_s`` already spent); returns the per-epoch records.
 
         Each record has ``epoch`` (from 1), ``time/epoch_s`` (training pass, wall clock synchronized
         at both edges), ``time/eval_s``, ``time/elapsed_s`` (since fit started), ``phase/sum_s``
@@ -127,9 +154,9 @@ class Trainer:
         """
         records = []
         synchronize(self.device)
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() - elapsed_s
         peak_rss = 0
-        for epoch in range(1, epochs + 1):
+        for epoch in range(start_epoch, epochs + 1):
             lr = self.optimizer.param_groups[0]["lr"]
             if self.monitor is not None:  # the device is idle here: the last evaluation (or fit) ended synchronized
                 self.monitor.epoch_start(epoch)

@@ -1,0 +1,132 @@
+"""Nothing lost: signals close runs honestly, a SIGKILLed job resumes from its checkpoint with its
+loss curve continuing, finished jobs are skipped on rerun, 8 jobs share a brand-new store."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TEST_CONF, TESTS, run_cli, runs, store
+
+SLOW = ["model=slow", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=256",
+        "dataset.test_size=32", "batch=32", "device=cpu", "telemetry.interval_s=0", TEST_CONF]
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))}
+    env["PYTHONPATH"] = str(TESTS)
+    return subprocess.Popen([sys.executable, "-m", "sweeps", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_checkpoint(cwd: Path, epoch: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if list((cwd / "checkpoints").glob(f"*/epoch_{epoch:04d}.pt")):
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    raise AssertionError(f"no checkpoint of epoch {epoch} within {timeout} s")
+
+
+def _history(cwd: Path, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in store(cwd).get_metric_history(run_id, key))
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_ends_runs_killed_and_exits(tmp_path, sig, code):
+    proc = _start(["-m", "batch=32,64", "epochs=20", *SLOW], tmp_path)
+    _wait_for_checkpoint(tmp_path, 1, proc)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err[-2000:]
+    assert f"interrupted by {sig.name}" in err and "Traceback" not in err
+    parent = next(r for r in runs(tmp_path) if "mlflow.parentRunId" not in r.data.tags)
+    (job,) = [r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags]  # the second never started
+    assert parent.info.status == "KILLED" and parent.data.tags["outcome"] == "killed"
+    assert job.info.status == "KILLED" and job.data.tags["outcome"] == "killed"
+    assert sig.name in job.data.tags["error"]
+    assert _history(tmp_path, job.info.run_id, "train/loss")  # epochs done before the signal are kept
+
+
+def test_sigkill_then_rerun_marks_stale_and_resumes_the_loss_curve(tmp_path):
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    assert run_cli(["epochs=6", *SLOW], reference).returncode == 0
+    (ref_run,) = runs(reference)
+
+    proc = _start(["epochs=6", *SLOW], tmp_path)
+    _wait_for_checkpoint(tmp_path, 3, proc)
+    proc.kill()  # SIGKILL: no handler runs, the run stays RUNNING
+    proc.communicate()
+    (stale,) = runs(tmp_path)
+    assert stale.info.status == "RUNNING"
+
+    again = run_cli(["epochs=6", *SLOW], tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    (run,) = runs(tmp_path)  # the same run went on: no second run
+    assert run.info.run_id == stale.info.run_id and run.info.status == "FINISHED"
+    assert run.data.tags["resumed"] == "true" and run.data.tags["outcome"] == "ok"
+    resumed_loss = _history(tmp_path, run.info.run_id, "train/loss")
+    steps = [s for s, _ in resumed_loss]
+    assert sorted(set(steps)) == [1, 2, 3, 4, 5, 6]
+    # the same seed on the CPU: the resumed curve is the uninterrupted one, epoch by epoch
+    ref_loss = dict(_history(reference, ref_run.info.run_id, "train/loss"))
+    for step, value in resumed_loss:
+        assert value == pytest.approx(ref_loss[step], rel=1e-6), step
+    assert not any((tmp_path / "checkpoints").glob("*/*.pt"))  # removed once the job ended ok
+
+
+def test_rerun_skips_finished_jobs_and_says_how_many(tmp_path, tiny):
+    first = run_cli(["-m", "model=mlp", "batch=16,32", *tiny], tmp_path)
+    assert first.returncode == 0
+    second = run_cli(["-m", "model=mlp", "batch=16,32,64", *tiny], tmp_path)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "2 job(s) skipped: already done" in second.stdout
+    jobs = [r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags]
+    assert sorted(r.info.run_name for r in jobs) == ["batch=16", "batch=32", "batch=64"]
+    forced = run_cli(["-m", "model=mlp", "batch=16", "resume=false", *tiny], tmp_path)
+    assert forced.returncode == 0 and "skipped" not in forced.stdout
+    assert len([r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags]) == 4
+
+
+def test_corrupt_checkpoint_falls_back(tmp_path):
+    from sweeps.checkpoint import Checkpoints
+
+    ckpt = Checkpoints(tmp_path / "c", every_epochs=1, keep=3)
+    ckpt.save(1, {"x": 1})
+    ckpt.save(2, {"x": 2})
+    (tmp_path / "c" / "epoch_0002.pt").write_bytes(b"not a checkpoint")
+    state = ckpt.load_latest()
+    assert state["epoch"] == 1 and state["x"] == 1
+    (tmp_path / "c" / "epoch_0001.pt").write_bytes(b"")
+    assert ckpt.load_latest() is None
+    assert not list((tmp_path / "c").glob(".tmp-*"))  # no temp files left behind
+
+
+def test_eight_concurrent_jobs_on_a_brand_new_store(tmp_path, tiny):
+    procs = [_start(["model=mlp", f"seed={i}", *tiny], tmp_path) for i in range(8)]
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    jobs = runs(tmp_path)
+    assert len(jobs) == 8 and all(j.data.tags["outcome"] == "ok" for j in jobs)
+    client = store(tmp_path)
+    for j in jobs:
+        assert [m.step for m in client.get_metric_history(j.info.run_id, "train/loss")] == [1, 2]
+        assert "time/median_epoch_s" in j.data.metrics
+
+
+def test_same_seed_same_loss_curve_on_cpu(tmp_path, tiny):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        assert run_cli(["model=mlp", "seed=7", *tiny, "epochs=3"], d).returncode == 0
+    (ra,), (rb,) = runs(a), runs(b)
+    assert _history(a, ra.info.run_id, "train/loss") == _history(b, rb.info.run_id, "train/loss")
