@@ -2,7 +2,7 @@
 """What sweeps' timing core costs, and whether its phases account for the epoch. Prints its
 figures; asserts nothing.
 
-    python scripts/bench_timing_core.py [--rounds 15] [--device cpu|cuda] [--configs mlp,tabular]
+    python scripts/bench_timing_core.py [--rounds 36] [--device cpu|cuda] [--configs mlp,tabular]
 
 1. Overhead: one training epoch through sweeps (``Trainer.train_epoch``: the phase timer's four
    marks per step, the progress bar, the disabled GradScaler and autocast of fp32, on-device
@@ -11,7 +11,9 @@ figures; asserts nothing.
    model, data (device-resident batches, identical order) and device. Both epochs are timed as
    ``Trainer.fit`` times them: wall clock, device synchronized at both edges. Rounds interleave
    the two (order alternating); the ratio sweeps ÷ bare is given per round (median, quartiles)
-   and over all rounds (Σ sweeps ÷ Σ bare). Targets: ≤ 1.02 on a CPU, ≤ 1.01 on a GPU.
+   and over all rounds (Σ sweeps ÷ Σ bare). Targets: ≤ 1.02 on a CPU, ≤ 1.01 on a GPU. A second,
+   identical bare loop timed in the same rounds gives the noise floor (bare ÷ bare); rounds run
+   the three epochs in all six orders in turn.
 2. Accounting: Σ phase times (``phase/sum_s``) ÷ epoch wall time (``time/epoch_s``) of the
    sweeps epochs. Target: within [0.97, 1.00].
 3. Data wait: ``phase/data_ms`` of an epoch on CIFAR-shaped images served by the DataLoader
@@ -28,7 +30,7 @@ import time
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 from torchvision import datasets
 
 from sweeps.data import CIFAR10_STATS, DataSpec, _image_transforms
@@ -71,36 +73,47 @@ def overhead(name: str, rounds: int, dev: torch.device) -> None:
     x = torch.randn(n, *in_shape, generator=g)
     y = torch.randn(n, 1, generator=g) if regression else torch.randint(0, classes, (n,), generator=g)
     torch.manual_seed(0)
-    models = [MLP(in_shape, classes, hidden=hidden).to(dev) for _ in range(2)]
-    models[1].load_state_dict(models[0].state_dict())
+    models = [MLP(in_shape, classes, hidden=hidden).to(dev) for _ in range(3)]  # sweeps, bare, bare again
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
     opts = [torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9) for m in models]
-    loaders = [DeviceBatches(Resident(x, y), batch, dev, shuffle=True, seed=1) for _ in range(2)]
+    loaders = [DeviceBatches(Resident(x, y), batch, dev, shuffle=True, seed=1) for _ in range(3)]
     trainer = Trainer(models[0], spec, opts[0], None, dev, progress_after_s=2.0)
+
+    def epoch(which: int) -> dict:
+        if which == 0:
+            return trainer.train_epoch(loaders[0], "sweeps")
+        bare_epoch(models[which], opts[which], loaders[which], regression, dev)
+        return {}
+
     for _ in range(2):  # warm-up: allocator, kernels, thread pools
-        trainer.train_epoch(loaders[0], "warm-up")
-        bare_epoch(models[1], opts[1], loaders[1], regression, dev)
-    ratios, sweeps_s, bare_s, accounting = [], [], [], []
+        for which in range(3):
+            epoch(which)
+    times: list[list[float]] = [[], [], []]
+    accounting = []
+    orders = [(0, 1, 2), (1, 2, 0), (2, 0, 1), (0, 2, 1), (1, 0, 2), (2, 1, 0)]
     for r in range(rounds):
-        times = {}
-        for which in (("sweeps", "bare") if r % 2 == 0 else ("bare", "sweeps")):
+        for which in orders[r % len(orders)]:  # every order, so no position is favoured
             with wall_clock(dev) as clock:
-                if which == "sweeps":
-                    rec = trainer.train_epoch(loaders[0], "sweeps")
-                else:
-                    bare_epoch(models[1], opts[1], loaders[1], regression, dev)
-            times[which] = clock["s"]
-        ratios.append(times["sweeps"] / times["bare"])
-        sweeps_s.append(times["sweeps"])
-        bare_s.append(times["bare"])
-        accounting.append(rec["phase/sum_s"] / times["sweeps"])
-    q1, med, q3 = statistics.quantiles(ratios, n=4)
+                rec = epoch(which)
+            times[which].append(clock["s"])
+            if which == 0:
+                accounting.append(rec["phase/sum_s"] / clock["s"])
+    sweeps_s, bare_s, again_s = times
+
+    def ratio(a: list[float], b: list[float]) -> str:
+        r = [p / q for p, q in zip(a, b)]
+        q1, med, q3 = statistics.quantiles(r, n=4) if len(r) > 1 else (r[0],) * 3
+        return f"median {med:.4f} [quartiles {q1:.4f}, {q3:.4f}], Σ/Σ {sum(a) / sum(b):.4f}"
+
     steps = -(-n // batch)
+    per_step_us = (statistics.median(sweeps_s) - statistics.median(bare_s)) / steps * 1e6
     print(f"\n[{name}] {'×'.join(map(str, in_shape))} → {hidden} → {classes}, batch {batch}, {steps} steps/epoch, "
           f"{rounds} rounds on {dev}")
-    print(f"  epoch: sweeps {statistics.median(sweeps_s) * 1e3:.1f} ms, bare {statistics.median(bare_s) * 1e3:.1f} ms "
-          f"(medians; {statistics.median(bare_s) / steps * 1e3:.3f} ms per bare step)")
-    print(f"  1. overhead sweeps/bare: median {med:.4f} [quartiles {q1:.4f}, {q3:.4f}], "
-          f"Σ sweeps/Σ bare {sum(sweeps_s) / sum(bare_s):.4f}")
+    print(f"  epoch medians: sweeps {statistics.median(sweeps_s) * 1e3:.1f} ms, bare {statistics.median(bare_s) * 1e3:.1f} ms "
+          f"({statistics.median(bare_s) / steps * 1e3:.3f} ms per bare step; difference {per_step_us:+.1f} µs per step)")
+    print(f"  1. overhead sweeps / bare: {ratio(sweeps_s, bare_s)}")
+    print(f"     noise floor, bare / bare (a second, identical bare loop): {ratio(again_s, bare_s)}")
     print(f"  2. accounting Σ phases / epoch wall: median {statistics.median(accounting):.4f} "
           f"[min {min(accounting):.4f}, max {max(accounting):.4f}]")
 
@@ -136,7 +149,7 @@ def data_wait(dev: torch.device, n: int = 2048, batch: int = 128) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=36)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--configs", default="mlp,tabular", help=f"comma-separated, of {', '.join(CONFIGS)}")
     ap.add_argument("--no-data-wait", action="store_true", help="skip part 3")

@@ -70,3 +70,19 @@ class Slow(nn.Module):
         if self.training:
             time.sleep(self.delay_s)
         return self.net(x)
+
+
+class OOMOnRank(nn.Module):
+    """A small MLP whose training forward raises ``torch.OutOfMemoryError`` on data-parallel rank
+    ``rank`` only (``torch.distributed.get_rank()``); on the other ranks, and outside
+    torch.distributed, it trains normally."""
+
+    def __init__(self, in_shape: Sequence[int], num_outputs: int, rank: int = 1):
+        super().__init__()
+        self.rank = rank
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(int(torch.tensor(in_shape).prod()), num_outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and torch.distributed.is_initialized() and torch.distributed.get_rank() == self.rank:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (test model: rank {self.rank})")
+        return self.net(x)

@@ -110,6 +110,7 @@ def test_corrupt_checkpoint_falls_back(tmp_path):
     assert not list((tmp_path / "c").glob(".tmp-*"))  # no temp files left behind
 
 
+@pytest.mark.slow  # ~40 s; tests/test_launchers.py runs 8 pooled jobs into a fresh store by default
 def test_eight_concurrent_jobs_on_a_brand_new_store(tmp_path, tiny):
     procs = [_start(["model=mlp", f"seed={i}", *tiny], tmp_path) for i in range(8)]
     for p in procs:

@@ -10,7 +10,7 @@ from torch import nn
 from conftest import TEST_CONF, run_cli, runs, store
 from sweeps import config
 from sweeps.data import DataSpec
-from sweeps.device import Precision, apply_precision, autocast_supported
+from sweeps.device import apply_precision, autocast_supported
 from sweeps.errors import UsageError
 from sweeps.models import CNN10
 from sweeps.speed import batch_sizes, compile_and_warm, optimizer_kwargs, use_channels_last

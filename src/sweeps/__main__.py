@@ -31,6 +31,9 @@ def cli() -> None:
     """Entry point: exit 1 when any job ended in ``error`` (after every job has run); on SIGINT
     or SIGTERM close the runs as KILLED, flush the logs and exit 130 or 143."""
     signal.signal(signal.SIGTERM, _raise_terminated)
+    # a process started in the background by a non-interactive shell inherits SIGINT ignored:
+    # restore Python's handler so `kill -INT` still ends the sweep cleanly
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         main()
     except KeyboardInterrupt as e:  # Terminated too

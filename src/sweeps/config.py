@@ -49,8 +49,11 @@ class DatasetConfig:
 
 @dataclass
 class DeviceConfig:
-    name: str = MISSING  # auto | cpu | cuda
+    name: str = MISSING  # auto | cpu | cuda | ddp
     index: int = 0  # cuda: which GPU
+    gpus: int = 1  # ddp: number of processes (one per GPU with nccl; any number on the CPU with gloo)
+    backend: str = "auto"  # ddp: auto (nccl where CUDA is present, else gloo) | nccl | gloo
+    timeout_s: float = 300.0  # ddp: bound on every collective (and the rendezvous), seconds
 
 
 @dataclass
@@ -240,6 +243,8 @@ def validate(cfg: DictConfig) -> None:
     if cfg.telemetry.interval_s < 0:
         raise UsageError(f"telemetry.interval_s={cfg.telemetry.interval_s} is not valid: "
                          "use seconds ≥ 0 (0 turns telemetry off)")
+    if cfg.device.name == "ddp":  # data parallel: see sweeps.ddp
+        _validate_ddp(cfg)
     if cfg.epochs <= 0:
         raise UsageError(f"epochs={cfg.epochs} is not valid: use a positive integer (e.g. epochs=10)")
     if cfg.optimizer.base_lr <= 0:
@@ -250,3 +255,16 @@ def validate(cfg: DictConfig) -> None:
         value = cfg.dataset[key]
         if value is not None and value <= 0:
             raise UsageError(f"dataset.{key}={value} is not valid: use a positive integer or null (all)")
+
+
+def _validate_ddp(cfg: DictConfig) -> None:
+    """``device=ddp``: the global batch splits evenly over ``device.gpus`` processes; train only."""
+    n = cfg.device.gpus
+    if n < 1 or cfg.device.backend not in ("auto", "nccl", "gloo") or cfg.device.timeout_s <= 0:
+        raise UsageError(f"device.gpus={n}, device.backend={cfg.device.backend!r}, device.timeout_s="
+                         f"{cfg.device.timeout_s}: use gpus ≥ 1, backend auto, nccl or gloo, and timeout_s > 0")
+    if cfg.task != "train":
+        raise UsageError(f"device=ddp runs task=train only (task={cfg.task}): use device=cuda or device=cpu")
+    if isinstance(cfg.batch, int) and cfg.batch % n:
+        raise UsageError(f"batch={cfg.batch} is the global batch and does not divide over device.gpus={n} "
+                         f"processes: use a multiple of {n} (e.g. batch={cfg.batch // n * n or n})")

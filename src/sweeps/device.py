@@ -19,6 +19,10 @@ def resolve_device(cfg: DictConfig) -> torch.device:
     """
     if cfg.name == "cpu" or (cfg.name == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
+    if cfg.name == "ddp":  # rank 0's device; the checks live with the launcher
+        from sweeps import ddp
+
+        return ddp.resolve(cfg)
     if not torch.cuda.is_available():
         raise DeviceUnavailable("device=cuda but no CUDA device is visible here "
                                 "(torch.cuda.is_available() is False); use device=cpu or device=auto")

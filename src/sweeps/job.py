@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeps import inference
 from sweeps import outcome as oc
-from sweeps import flops, max_batch, resume, speed, telemetry, tracking
+from sweeps import ddp, flops, gpu_pool, max_batch, resume, speed, telemetry, tracking
 from sweeps.checkpoint import Checkpoints, rng_state, set_rng_state
 from sweeps.config import batch_size, scaled_lr, validate
 from sweeps.console import EpochTable
@@ -96,6 +96,11 @@ def _execute(cfg: DictConfig, job: tracking.JobRun, data: tuple, batch: int, lr:
     whatever the work raises (OOM, ...); everything it allocates is local, so it is freed when
     this frame is gone."""
     train_set, test_set, spec = data
+    if cfg.device.name == "ddp":  # N processes (sweeps.ddp); rank 0's reduced records are logged here
+        job.log_metrics({ddp.WORLD_SIZE_METRIC: cfg.device.gpus})
+        for rec in ddp.launch(cfg, batch, lr):
+            on_epoch(rec)
+        return
     precision = apply_precision(cfg.precision, device)
     set_determinism(cfg.deterministic)
     torch.manual_seed(cfg.seed)
@@ -159,6 +164,8 @@ def run(cfg: DictConfig) -> str:
         log.info("job %s: already done in run %s (outcome %s): skipped; resume=false runs it again", name,
                  previous.info.run_id, previous.data.tags.get(tracking.OUTCOME_TAG))
         oc.note(oc.SKIPPED)
+        if multirun and tracking.parent_run_id():  # counted by the sweep from MLflow (jobs may run elsewhere)
+            client.set_tag(tracking.parent_run_id(), f"{tracking.SKIPPED_TAG_PREFIX}{chash}", previous.info.run_id)
         return oc.SKIPPED
     ckpt = Checkpoints(Path(cfg.checkpoint.dir) / chash, cfg.checkpoint.every_epochs, cfg.checkpoint.keep)
     state = ckpt.load_latest() if previous is not None and cfg.task == "train" else None
@@ -192,9 +199,10 @@ def run(cfg: DictConfig) -> str:
 
     outcome, error, device, peak, tel = oc.OK, "", None, {}, None
     try:
-        device = resolve_device(cfg.device)
-        tel = telemetry.for_job(cfg.telemetry.interval_s, device)  # stopped in the finally below
-        _execute(cfg, job, (train_set, test_set, spec), batch, lr, device, tel, on_epoch, ckpt, state, records)
+        with gpu_pool.claim(cfg.device):  # hydra/launcher=gpu_pool: a GPU (or CPU share) of its own
+            device = resolve_device(cfg.device)
+            tel = telemetry.for_job(cfg.telemetry.interval_s, device)  # stopped in the finally below
+            _execute(cfg, job, (train_set, test_set, spec), batch, lr, device, tel, on_epoch, ckpt, state, records)
     except (KeyboardInterrupt, SystemExit) as e:
         _close_telemetry(job, tel, records, cfg.telemetry.figure, name)
         if records:

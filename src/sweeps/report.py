@@ -117,6 +117,23 @@ def comparison(jobs: list[Job], key: str) -> str:
     return md_table(headers, rows)
 
 
+def scaling_efficiency(jobs: list[Job]) -> str | None:
+    """Data-parallel scaling: for each config run on 1 and on N processes (metric
+    ``device.world_size``, 1 where absent), ``perf/scaling_efficiency`` = throughput_N / (N ×
+    throughput_1), throughput = ``perf/samples_per_s`` (last epoch). None when no pair exists."""
+    cells: dict[str, dict[int, float]] = {}
+    for j in jobs:
+        if j.outcome == "ok" and "perf/samples_per_s" in j.metrics:
+            world = int(j.metrics.get("device.world_size", 1))
+            cells.setdefault(j.label(exclude=("device", "device.gpus", "device.backend")), {})[world] = \
+                j.metrics["perf/samples_per_s"]
+    rows = [[label, f"{n}", _f(by[1], 1), _f(by[n], 1), f"{by[n] / (n * by[1]):.2f}"]
+            for label, by in cells.items() if 1 in by for n in sorted(by) if n > 1]
+    if not rows:
+        return None
+    return md_table(["job", "processes", "samples/s on 1", "samples/s on N", "perf/scaling_efficiency"], rows)
+
+
 def build(client: MlflowClient, parent, out: Path) -> Path:
     """Write ``out/report.md`` and its figures for the sweep ``parent``; returns the report path."""
     out.mkdir(parents=True, exist_ok=True)
@@ -138,6 +155,8 @@ def build(client: MlflowClient, parent, out: Path) -> Path:
                   "shown only to show its error.", "", table, ""]
     for key in (k for k in COMPARE_KEYS if k in swept):
         lines += [f"## Comparison over {key}", "", comparison(jobs, key), ""]
+    if (table := scaling_efficiency(jobs)) is not None:
+        lines += ["## Data-parallel scaling", "", "throughput on N processes / (N × throughput on 1)", "", table, ""]
     figures = [
         ("Epoch time vs batch size", plots.versus_batch(jobs, "time/median_epoch_s", "median epoch time [s]",
                                                         out / "epoch_time_vs_batch.png", logy=True)),

@@ -117,8 +117,13 @@ class SweepCallback(Callback):
             return
         client = MlflowClient(uri)
         experiment_id = client.get_run(parent).info.experiment_id
-        print_summary(client, tracking.child_runs(client, experiment_id, parent), parent)
-        if skipped := outcome.count(outcome.SKIPPED):
+        children = tracking.child_runs(client, experiment_id, parent)
+        print_summary(client, children, parent)
+        # from MLflow, not this process's counters: with joblib/submitit the jobs ran elsewhere
+        outcome.note_sweep_errors(sum(r.data.tags.get(tracking.OUTCOME_TAG) == outcome.ERROR for r in children))
+        tags = client.get_run(parent).data.tags
+        skipped = max(outcome.count(outcome.SKIPPED), sum(k.startswith(tracking.SKIPPED_TAG_PREFIX) for k in tags))
+        if skipped:
             print(f"{skipped} job(s) skipped: already done (ok/oom) in this experiment; resume=false runs them again")
             client.set_tag(parent, f"outcomes.{outcome.SKIPPED}", str(skipped))
         client.set_terminated(parent, "FINISHED")

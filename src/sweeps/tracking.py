@@ -27,6 +27,7 @@ PARENT_RUN_ENV = "SWEEPS_PARENT_RUN_ID"  # set by the sweep callback, read by ea
 SWEPT_KEYS_ENV = "SWEEPS_SWEPT_KEYS"  # the keys a sweep varies, comma-separated (job names)
 SWEEP_URI_ENV = "SWEEPS_SWEEP_TRACKING_URI"  # the store holding the parent run
 OUTCOME_TAG, ERROR_TAG, OVERRIDES_TAG = "outcome", "error", "sweeps.overrides"
+SKIPPED_TAG_PREFIX = "sweeps.skipped."  # + config hash, on the parent run: a job skipped as already done
 
 for _name in ("alembic", "mlflow"):  # their INFO lines (DB migrations) would drown the epoch table
     logging.getLogger(_name).setLevel(logging.WARNING)

@@ -131,15 +131,17 @@ class Trainer:
         return x.to(self.device, non_blocking=True)
 
     def state_dict(self) -> dict:
-        """Model, optimizer and schedule state (for a checkpoint)."""
+        """Model, optimizer, schedule and loss-scaler state (for a checkpoint)."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "schedule": self.schedule.state_dict()}
+                "schedule": self.schedule.state_dict(), "scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` saved."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
+        if state.get("scaler"):  # fp16: the loss scale goes on where it was
+            self.scaler.load_state_dict(state["scaler"])
 
     def fit(self, train_loader: DataLoader, test_loader: DataLoader, epochs: int,
             on_epoch: Callable[[dict], None], start_epoch: int = 1, elapsed_s: float = 0.0) -> list[dict]:

@@ -1,0 +1,61 @@
+"""A shared MLflow tracking server: `mlflow server` with a database backend on 127.0.0.1, a small
+sweep logged to it over HTTP, and the runs read back through the server."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+from mlflow import MlflowClient
+
+from conftest import TEST_CONF, run_cli
+
+START_S = 90  # bounded wait for /health (a busy 2-core machine starts the server in ~10-30 s)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow  # server start-up plus a 2-job sweep: ~45 s here
+def test_sweep_logs_to_a_tracking_server_over_http(tmp_path):
+    port = _free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                               "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                               "--artifacts-destination", str(tmp_path / "artifacts")],
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + START_S
+        while True:
+            try:
+                if requests.get(f"{uri}/health", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                pass
+            assert server.poll() is None, f"mlflow server exited with {server.returncode}"
+            assert time.monotonic() < deadline, f"mlflow server did not answer /health within {START_S} s"
+            time.sleep(0.5)
+        job_dir = tmp_path / "jobs"
+        job_dir.mkdir()
+        proc = run_cli(["-m", "model=mlp", "batch=16,32", "dataset=synthetic", "dataset.shape=[1,8,8]",
+                        "dataset.train_size=64", "dataset.test_size=16", "epochs=1", "device=cpu",
+                        "telemetry.interval_s=0", f"mlflow.tracking_uri={uri}", "mlflow.experiment=shared",
+                        TEST_CONF], job_dir, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert not (job_dir / "mlruns").exists()  # nothing went to a local store
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name("shared")
+        found = client.search_runs([exp.experiment_id])
+        children = [r for r in found if "mlflow.parentRunId" in r.data.tags]
+        assert len(found) == 3 and len(children) == 2
+        assert all(r.data.tags["outcome"] == "ok" and "test/final_acc" in r.data.metrics for r in children)
+        assert "config.yaml" in [a.path for a in client.list_artifacts(children[0].info.run_id)]
+    finally:
+        server.kill()
+        server.wait(timeout=30)
