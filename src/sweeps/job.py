@@ -66,22 +66,25 @@ def _close_telemetry(job: tracking.JobRun, tel: telemetry.Telemetry | None, reco
         log.warning("job %s: telemetry not logged (%s: %s)", title, type(e).__name__, e)
 
 
-def _open_run(cfg: DictConfig, name: str, choices: dict, multirun: bool, tags: dict):
-    """The job's MLflow run, nested under the sweep's parent in a multirun, with the resolved
-    config (params and config.yaml), the machine (env.* tags and fingerprint.json) and ``tags``."""
-    client, experiment_id = tracking.prepare(cfg)
+def _open_run(cfg: DictConfig, store: tuple, name: str, choices: dict, multirun: bool,
+              tags: dict) -> tracking.JobRun:
+    """The job's MLflow run in ``store`` = ``(client, experiment_id)``, nested under the sweep's
+    parent in a multirun, with the resolved config (params and config.yaml), the machine (env.*
+    tags and fingerprint.json) and ``tags``."""
+    client, experiment_id = store
     job = tracking.JobRun(client, experiment_id, name, tracking.parent_run_id() if multirun else None,
                           {**environment_tags(), tracking.OVERRIDES_TAG: name, **tags})
     job.log_params({**tracking.flatten(cfg), **choices})
     job.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
     job.log_text(fingerprint_json(), "fingerprint.json")
-    return client, job
+    return job
 
 
-def _skip(cfg: DictConfig, name: str, choices: dict, multirun: bool, why: str) -> str:
+def _skip(cfg: DictConfig, store: tuple, name: str, choices: dict, multirun: bool, why: str) -> str:
     """Log a job whose data is missing as ``outcome=unavailable`` (``dataset.if_missing=skip``)."""
     log.warning("job %s: unavailable: %s", name, why)
-    _, job = _open_run(cfg, name, choices, multirun, {tracking.OUTCOME_TAG: oc.UNAVAILABLE, tracking.ERROR_TAG: why})
+    job = _open_run(cfg, store, name, choices, multirun,
+                    {tracking.OUTCOME_TAG: oc.UNAVAILABLE, tracking.ERROR_TAG: why})
     if isinstance(cfg.batch, int):
         job.log_metrics({"batch_size": cfg.batch})
     job.end("FINISHED")
@@ -174,7 +177,7 @@ def run(cfg: DictConfig) -> str:
     except DataUnavailable as e:
         if cfg.dataset.if_missing != "skip":
             raise
-        return _skip(cfg, name, choices, multirun, str(e))
+        return _skip(cfg, (client, experiment_id), name, choices, multirun, str(e))
     batch = batch_size(cfg, len(train_set))
     lr = scaled_lr(cfg.optimizer.base_lr, batch, cfg.lr_scaling.base_batch, cfg.lr_scaling.rule)
     run_tags = {tracking.OUTCOME_TAG: "running", resume.HASH_TAG: chash, **resume.owner_tags()}
@@ -182,7 +185,7 @@ def run(cfg: DictConfig) -> str:
         job = tracking.JobRun.attach(client, previous.info.run_id)
         job.set_tags({**run_tags, resume.RESUMED_TAG: "true", tracking.ERROR_TAG: ""})
     else:
-        client, job = _open_run(cfg, name, choices, multirun, run_tags)
+        job = _open_run(cfg, (client, experiment_id), name, choices, multirun, run_tags)
     job.log_metrics({"batch_size": batch, "lr": lr})
     log.info("job %s: batch %d, lr %.4g, %d train / %d test examples", name, batch, lr,
              len(train_set), len(test_set))
