@@ -13,7 +13,7 @@ through sweeps' own Trainer — SGD momentum 0.9, weight decay 5e-4, lr 0.1 × b
 optimizer, channels_last (``--no-channels-last`` to turn off) — and reports the last epoch:
 wall time (device synchronized at both edges), examples/s, ``phase/data_ms`` (how long the GPU
 waited for each batch), achieved TFLOP/s and MFU (FLOPs per example counted by FlopCounterMode,
-peak from sweeps.flops.PEAK_TFLOPS), peak memory. A batch that does not fit shows ``OOM``.
+peak from sweeps.train.flops.PEAK_TFLOPS), peak memory. A batch that does not fit shows ``OOM``.
 """
 from __future__ import annotations
 
@@ -28,16 +28,18 @@ from torch.utils.data import Subset
 from torchvision import datasets
 
 from bench_timing_core import RandomCIFAR10  # noqa: E402 (scripts/ is on sys.path when run as a script)
-from sweeps.data import CIFAR10_STATS, DataSpec, _image_transforms, make_loaders
-from sweeps.device import apply_precision
-from sweeps.device_data import device_loaders
-from sweeps.env import fingerprint
-from sweeps.flops import peak_flops, training_flops_per_example
+from sweeps.data.datasets import CIFAR10_STATS, DataSpec, _image_transforms
+from sweeps.data.loaders import make_loaders
+from sweeps.train.precision import apply_precision
+from sweeps.data.device_loader import device_loaders
+from sweeps.tracking.env import fingerprint
+from sweeps.train.flops import peak_flops, training_flops_per_example
 from sweeps.models import CNN10, WideResNet
-from sweeps.outcome import is_oom, release_memory
-from sweeps.speed import compile_and_warm, optimizer_kwargs, use_channels_last
-from sweeps.timing import wall_clock
-from sweeps.train import Trainer
+from sweeps.train.memory import is_oom, release_memory
+from sweeps.train.optim import optimizer_kwargs
+from sweeps.train.speed import compile_and_warm, use_channels_last
+from sweeps.train.timing import wall_clock
+from sweeps.train.loop import Trainer
 
 MODELS = {"cnn10": lambda: CNN10((3, 32, 32), 10), "wrn28_10": lambda: WideResNet((3, 32, 32), 10)}
 SPEC = DataSpec((3, 32, 32), 10)

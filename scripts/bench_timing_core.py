@@ -33,12 +33,12 @@ from torch import nn
 from torch.utils.data import DataLoader
 from torchvision import datasets
 
-from sweeps.data import CIFAR10_STATS, DataSpec, _image_transforms
-from sweeps.device_data import DeviceBatches, Resident, resident
-from sweeps.env import fingerprint
+from sweeps.data.datasets import CIFAR10_STATS, DataSpec, _image_transforms
+from sweeps.data.device_loader import DeviceBatches, Resident, resident
+from sweeps.tracking.env import fingerprint
 from sweeps.models import MLP
-from sweeps.timing import wall_clock
-from sweeps.train import Trainer
+from sweeps.train.timing import wall_clock
+from sweeps.train.loop import Trainer
 
 # name: (in_shape, hidden sizes, classes, batch, examples per epoch)
 CONFIGS = {

@@ -97,7 +97,7 @@ def test_corrupt_image_is_named_in_one_line(tmp_path):
 def test_corrupt_image_met_in_a_loader_worker_is_named():
     """Past the sampled images a corrupt file surfaces in a DataLoader worker: the job's one-line
     error is the worker's last line (the file), not "Caught ... in DataLoader worker"."""
-    from sweeps.outcome import classify
+    from sweeps.launch.outcome import classify
 
     text = ("Caught UnidentifiedImageError in DataLoader worker process 0.\nOriginal Traceback (most recent call"
             " last):\n  File \"x.py\", line 1\nPIL.UnidentifiedImageError: cannot identify image file 'a/3.png'")
@@ -124,7 +124,7 @@ def test_cuda_index_out_of_range(monkeypatch):
     import torch
     from omegaconf import OmegaConf
 
-    from sweeps.device import resolve_device
+    from sweeps.launch.device import resolve_device
     from sweeps.errors import DeviceUnavailable
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

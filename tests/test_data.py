@@ -1,4 +1,4 @@
-"""sweeps.data on the real on-disk formats: CIFAR-10 python batches, MNIST idx files, ImageFolder
+"""sweeps.data.datasets on the real on-disk formats: CIFAR-10 python batches, MNIST idx files, ImageFolder
 PNGs, scikit-learn's diabetes, synthetic tensors; and the loaders built on them.
 
 No network here: the CIFAR-10 and MNIST files are written in their published formats under
@@ -23,8 +23,9 @@ from hydra import compose, initialize_config_dir
 from PIL import Image
 
 import sweeps.config
-from sweeps.data import (CIFAR10_STATS, MNIST_STATS, DataSpec, build_datasets, default_workers,
-                         make_loaders)
+from sweeps.data.loaders import default_workers, make_loaders
+from sweeps.data.datasets import CIFAR10_STATS, MNIST_STATS, DataSpec, build_datasets
+
 from sweeps.errors import DataUnavailable, UsageError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import TEST_CONF, run_cli, runs
-from sweeps import ddp
+from sweeps.launch import ddp
 from sweeps.errors import DeviceUnavailable
 
 # one epoch of 256 examples at global batch 64 (4 steps); MLP without BatchNorm, fixed seed
@@ -87,8 +87,8 @@ def test_reduce_records_mean_max_and_throughput():
 
 
 def test_report_scaling_efficiency():
-    from sweeps.report import scaling_efficiency
-    from sweeps.report_data import Job
+    from sweeps.report.tables import scaling_efficiency
+    from sweeps.report.runs import Job
 
     def job(device, gpus, sps):
         swept = {"model": "mlp", "device": device, **({"device.gpus": gpus} if gpus else {})}

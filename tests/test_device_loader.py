@@ -1,4 +1,4 @@
-"""dataset.loader=device (sweeps.device_data): the same examples per epoch as the DataLoader path,
+"""dataset.loader=device (sweeps.data.device_loader): the same examples per epoch as the DataLoader path,
 bit for bit without augmentation; torchvision's crop/flip semantics and statistics with it;
 deterministic under a seed; resumable through the checkpoint's RNG state."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import torch
 import torchvision.transforms.functional as TF
 
 from sweeps import config
-from sweeps.checkpoint import rng_state, set_rng_state
+from sweeps.train.checkpoint import rng_state, set_rng_state
 from sweeps.data import build_datasets, make_loaders
-from sweeps.device_data import PAD, DeviceBatches, Resident, device_loaders, resident
+from sweeps.data.device_loader import PAD, DeviceBatches, Resident, device_loaders, resident
 from sweeps.errors import UsageError
 from test_data import (_cifar_cfg, _idx_images, _idx_labels, cifar_root, dataset_cfg,  # noqa: F401 (fixture)
                        one_line)

@@ -1,12 +1,12 @@
-"""sweeps.flops: FlopCounterMode's training FLOPs match the analytic counts of the study models,
+"""sweeps.train.flops: FlopCounterMode's training FLOPs match the analytic counts of the study models,
 the datasheet peak table, and MFU arithmetic."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from sweeps.data import DataSpec
-from sweeps.flops import (PEAK_TFLOPS, gpu_model, peak_flops, perf_metrics, training_flops_per_example)
+from sweeps.data.datasets import DataSpec
+from sweeps.train.flops import (PEAK_TFLOPS, gpu_model, peak_flops, perf_metrics, training_flops_per_example)
 from sweeps.models import CNN10, MLP, WideResNet
 
 CIFAR = DataSpec((3, 32, 32), 10)

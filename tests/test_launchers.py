@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import TEST_CONF, run_cli, runs
-from sweeps import gpu_pool
+from sweeps.launch import gpu_pool
 
 TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32",
         "epochs=2", "device=cpu", "telemetry.interval_s=0", "checkpoint.every_epochs=0", TEST_CONF]

@@ -13,10 +13,10 @@ from torch import nn
 
 from conftest import TEST_CONF, run_cli, runs, store
 from helpers import OOMAbove
-from sweeps import report
-from sweeps.data import DataSpec
-from sweeps.device import Precision
-from sweeps.max_batch import Trial, search, step_trial
+from sweeps.report import __main__ as report
+from sweeps.data.datasets import DataSpec
+from sweeps.train.precision import Precision
+from sweeps.tasks.max_batch import Trial, search, step_trial
 
 CPU = torch.device("cpu")
 SPEC = DataSpec((1, 8, 8), 10)

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from torch.nn import functional as F
 
 import sweeps.config
-from sweeps.data import build_datasets
+from sweeps.data.datasets import build_datasets
 from sweeps.models import CNN10, MLP, WideResNet, count_parameters
 
 MODEL_OPTIONS = sorted(p.stem for p in (sweeps.config.CONF_DIR / "model").glob("*.yaml"))

@@ -97,7 +97,7 @@ def test_rerun_skips_finished_jobs_and_says_how_many(tmp_path, tiny):
 
 
 def test_corrupt_checkpoint_falls_back(tmp_path):
-    from sweeps.checkpoint import Checkpoints
+    from sweeps.train.checkpoint import Checkpoints
 
     ckpt = Checkpoints(tmp_path / "c", every_epochs=1, keep=3)
     ckpt.save(1, {"x": 1})

@@ -9,12 +9,13 @@ from torch import nn
 
 from conftest import TEST_CONF, run_cli, runs, store
 from sweeps import config
-from sweeps.data import DataSpec
-from sweeps.device import apply_precision, autocast_supported
+from sweeps.data.datasets import DataSpec
+from sweeps.train.precision import apply_precision, autocast_supported
 from sweeps.errors import UsageError
 from sweeps.models import CNN10
-from sweeps.speed import batch_sizes, compile_and_warm, optimizer_kwargs, use_channels_last
-from sweeps.train import Trainer
+from sweeps.train.optim import optimizer_kwargs
+from sweeps.train.speed import batch_sizes, compile_and_warm, use_channels_last
+from sweeps.train.loop import Trainer
 from test_config import _compose
 
 CPU = torch.device("cpu")

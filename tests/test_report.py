@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import TEST_CONF, run_cli, store
-from sweeps import report
+from sweeps.report import __main__ as report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

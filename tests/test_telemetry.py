@@ -14,9 +14,10 @@ import torch
 
 from conftest import TEST_CONF, run_cli, runs, store
 from fake_nvml import Clock, FakeNVML
-from sweeps import env, telemetry_nvml
-from sweeps.telemetry import Telemetry, for_job
-from sweeps.telemetry_plot import render
+from sweeps.tracking import env
+from sweeps.telemetry import nvml as telemetry_nvml
+from sweeps.telemetry.sampler import Telemetry, for_job
+from sweeps.telemetry.plot import render
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -162,7 +163,7 @@ def test_fingerprint_reads_driver_cuda_and_power_limit_from_nvml():
 
 def test_a_cuda_job_samples_its_gpu_through_the_module_telemetry_imports(monkeypatch):
     fake = FakeNVML(time.monotonic)
-    monkeypatch.setattr(telemetry_nvml, "pynvml", fake)  # where sweeps.telemetry finds nvidia-ml-py
+    monkeypatch.setattr(telemetry_nvml, "pynvml", fake)  # where sweeps.telemetry.sampler finds nvidia-ml-py
     tel = for_job(1000, torch.device("cuda", 0))  # no CUDA here: found by index, not UUID
     tel.epoch_start(1)
     m = tel.epoch_end(1)

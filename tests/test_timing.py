@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-from sweeps import timing
-from sweeps.timing import PHASES, PhaseTimer, wall_clock
+from sweeps.train import timing
+from sweeps.train.timing import PHASES, PhaseTimer, wall_clock
 
 
 def _step(timer: PhaseTimer, sleeps_s: dict[str, float]) -> None:

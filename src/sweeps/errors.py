@@ -17,6 +17,10 @@ class DeviceUnavailable(Exception):
     """The requested device does not exist here; the job ends with ``outcome=unavailable``."""
 
 
+class Diverged(Exception):
+    """The training loss became NaN or infinite; the job ends with ``outcome=diverged``."""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so the same cleanup runs; the process then exits 143."""
 

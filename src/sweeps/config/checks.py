@@ -1,0 +1,105 @@
+"""Checks of a composed config that its types cannot express, and the numbers derived from it
+(global batch size, scaled learning rate). Every failure is a :class:`UsageError` with one line
+that names the key and says what would work."""
+from __future__ import annotations
+
+import math
+
+from omegaconf import DictConfig
+
+from sweeps import names
+from sweeps.errors import UsageError
+
+
+def batch_size(cfg: DictConfig, train_len: int) -> int:
+    """The global batch size in examples: ``cfg.batch``, or ``train_len`` when it is ``full``.
+
+    Raises:
+        UsageError: ``batch`` is not a positive integer or ``full``.
+    """
+    raw = cfg.batch
+    if isinstance(raw, str) and raw.strip().lower() == "full":
+        return train_len
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0:
+        raise UsageError(f"batch={raw!r} is not valid: use a positive integer (e.g. batch=128) or batch=full")
+    return raw
+
+
+def scaled_lr(base_lr: float, batch: int, base_batch: int, rule: str) -> float:
+    """Learning rate for ``batch`` from ``base_lr`` at ``base_batch``.
+
+    ``linear``: lr = base_lr × batch / base_batch (Goyal et al. 2017, "Accurate, Large Minibatch
+    SGD"; Smith et al. 2017, "Don't Decay the Learning Rate, Increase the Batch Size");
+    ``sqrt``: lr = base_lr × √(batch / base_batch) (Krizhevsky 2014, "One weird trick");
+    ``none``: lr = base_lr.
+
+    Raises:
+        UsageError: unknown rule.
+    """
+    ratio = batch / base_batch
+    factors = {"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1.0}
+    if rule not in factors:
+        raise UsageError(f"lr_scaling.rule={rule!r} is unknown: use one of {', '.join(factors)}")
+    return base_lr * factors[rule]
+
+
+def validate(cfg: DictConfig) -> None:
+    """Check what the schema's types cannot; raise UsageError with one line naming the key."""
+    batch_size(cfg, 1)
+    if cfg.task not in names.GROUP_OPTIONS["task"]:
+        raise UsageError(f"task={cfg.task!r} is unknown: use one of {', '.join(names.GROUP_OPTIONS['task'])}")
+    if cfg.timing.mode not in names.TIMING_MODES:
+        raise UsageError(f"timing.mode={cfg.timing.mode!r} is unknown: use events, sync or naive")
+    if cfg.timing.iters <= 0 or cfg.timing.warmup < 0:
+        raise UsageError(f"timing.iters={cfg.timing.iters}, timing.warmup={cfg.timing.warmup}: "
+                         "use iters ≥ 1 and warmup ≥ 0")
+    if cfg.dataset.loader not in names.LOADERS:
+        raise UsageError(f"dataset.loader={cfg.dataset.loader!r} is unknown: use dataloader or device")
+    if cfg.dataset.loader == "device" and cfg.dataset.name not in names.IN_MEMORY_DATASETS:
+        raise UsageError(f"dataset.loader=device needs an in-memory dataset ({', '.join(names.IN_MEMORY_DATASETS)}); "
+                         f"{cfg.dataset.name} is decoded from files: use dataset.loader=dataloader")
+    if cfg.precision.name not in names.GROUP_OPTIONS["precision"]:
+        raise UsageError(f"precision.name={cfg.precision.name!r} is unknown: use fp32, tf32, bf16 or fp16")
+    if cfg.optimizer.impl not in names.OPTIMIZER_IMPLS:
+        raise UsageError(f"optimizer.impl={cfg.optimizer.impl!r} is unknown: use auto, fused, foreach or loop")
+    if cfg.compile_mode not in names.COMPILE_MODES:
+        raise UsageError(f"compile_mode={cfg.compile_mode!r} is unknown: use default, reduce-overhead, "
+                         "max-autotune or max-autotune-no-cudagraphs")
+    if not 1 <= cfg.max_batch.start <= cfg.max_batch.limit:
+        raise UsageError(f"max_batch.start={cfg.max_batch.start}, max_batch.limit={cfg.max_batch.limit}: "
+                         "use 1 ≤ start ≤ limit")
+    if cfg.dataset.if_missing not in ("stop", "skip"):
+        raise UsageError(f"dataset.if_missing={cfg.dataset.if_missing!r} is unknown: use stop or skip")
+    if cfg.telemetry.interval_s < 0:
+        raise UsageError(f"telemetry.interval_s={cfg.telemetry.interval_s} is not valid: "
+                         "use seconds ≥ 0 (0 turns telemetry off)")
+    if cfg.device.name == "ddp":  # data parallel: see sweeps.launch.ddp
+        _validate_ddp(cfg)
+    if cfg.eval.every_epochs < 1:
+        raise UsageError(f"eval.every_epochs={cfg.eval.every_epochs} is not valid: use 1 (every epoch) or more")
+    if cfg.checkpoint.every_s < 0 or cfg.checkpoint.every_epochs < 0:
+        raise UsageError(f"checkpoint.every_s={cfg.checkpoint.every_s}, checkpoint.every_epochs="
+                         f"{cfg.checkpoint.every_epochs}: use values ≥ 0 (0 turns that trigger off)")
+    if cfg.epochs <= 0:
+        raise UsageError(f"epochs={cfg.epochs} is not valid: use a positive integer (e.g. epochs=10)")
+    if cfg.optimizer.base_lr <= 0:
+        raise UsageError(f"optimizer.base_lr={cfg.optimizer.base_lr} is not valid: use a positive number")
+    if cfg.lr_scaling.base_batch <= 0:
+        raise UsageError(f"lr_scaling.base_batch={cfg.lr_scaling.base_batch} is not valid: use a positive integer")
+    for key in ("train_size", "test_size"):
+        value = cfg.dataset[key]
+        if value is not None and value <= 0:
+            raise UsageError(f"dataset.{key}={value} is not valid: use a positive integer or null (all)")
+
+
+def _validate_ddp(cfg: DictConfig) -> None:
+    """``device=ddp``: the global batch splits evenly over ``device.gpus`` processes; train only."""
+    n = cfg.device.gpus
+    if n < 1 or cfg.device.backend not in ("auto", "nccl", "gloo") or cfg.device.timeout_s <= 0:
+        raise UsageError(f"device.gpus={n}, device.backend={cfg.device.backend!r}, device.timeout_s="
+                         f"{cfg.device.timeout_s}: use gpus ≥ 1, backend auto, nccl or gloo, and timeout_s > 0")
+    if cfg.task != "train":
+        raise UsageError(f"device=ddp runs task=train only (task={cfg.task}): use device=cuda or device=cpu")
+    if isinstance(cfg.batch, int) and cfg.batch % n:
+        raise UsageError(f"batch={cfg.batch} is the global batch and does not divide over device.gpus={n} "
+                         f"processes: use a multiple of {n} (e.g. batch={cfg.batch // n * n or n})")

@@ -1,0 +1,67 @@
+"""The end of a job, on every path: stop the sampler, log what was measured, close the run.
+
+Called once per job by :class:`sweeps.launch.job.JobRun` with signals held back. Each step is
+independent: one that fails (a full disk, a store that went away) is reported in one line and
+the others still run, so the outcome tag and the run status are always written last.
+"""
+from __future__ import annotations
+
+import logging
+
+from sweeps import names
+from sweeps.launch import outcome as oc
+
+log = logging.getLogger("sweeps")
+STATUS = {names.ERROR: "FAILED", names.KILLED: "KILLED"}  # MLflow run status; the rest FINISHED
+
+
+def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> None:
+    """Close ``job`` (a :class:`~sweeps.launch.job.JobRun`) with ``outcome`` and the one-line
+    ``error``: job-level metrics (:meth:`Task.summarise` of its records, telemetry), artifacts
+    (``epochs.csv``, ``telemetry.csv``/``.png``), checkpoints cleared once done, then the
+    ``outcome``/``error`` tags and the run status. Never raises."""
+    job.outcome, job.error = outcome, error
+    records = job.epochs.records if getattr(job, "epochs", None) is not None else []
+    tel = job.telemetry
+
+    def summary() -> None:
+        metrics = job.task.summarise(records)
+        if oom_peak_mb is not None:  # an OOM's peak is higher than any finished epoch's
+            metrics[names.PEAK_MB] = max(oom_peak_mb, metrics.get(names.PEAK_MB, 0.0))
+        job.writer.log_metrics(metrics)
+
+    def telemetry() -> None:
+        if tel is None:
+            job.writer.set_tags({names.TELEMETRY_TAG: "off (the job ended before its device was ready)"})
+            return
+        tel.stop()
+        job.writer.log_metrics(tel.summary(sum(r.get("samples", 0) for r in records)))
+        job.writer.set_tags(tel.tags())
+        if tel.rows:
+            job.writer.log_text(tel.csv(), "telemetry.csv")
+            if job.cfg.telemetry.figure:
+                from sweeps.telemetry.plot import render  # matplotlib: only when drawing
+
+                job.writer.log_bytes(render(tel, job.name), "telemetry.png")
+
+    def artifacts() -> None:
+        job.epochs.close()
+        if records:
+            job.writer.log_text(job.epochs.csv(), "epochs.csv")
+        if outcome in names.DONE:
+            job.checkpoints.clear()
+
+    for step in (lambda: tel is not None and tel.stop(), summary, telemetry, artifacts):
+        try:
+            step()
+        except Exception as e:  # one failed step never stops the run from being closed
+            log.warning("job %s: %s while finishing (%s: %s)", job.name, getattr(step, "__name__", "step"),
+                        type(e).__name__, " ".join(str(e).split())[:200])
+    oc.release_memory(job.device)
+    oc.note(outcome)
+    try:
+        job.writer.set_tags({names.OUTCOME_TAG: outcome, **({names.ERROR_TAG: error} if error else {})})
+        job.writer.end(STATUS.get(outcome, "FINISHED"))
+    except Exception as e:
+        log.error("job %s: its MLflow run %s could not be closed (%s: %s)", job.name, job.writer.run_id,
+                  type(e).__name__, " ".join(str(e).split())[:200])

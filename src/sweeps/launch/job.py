@@ -1,0 +1,208 @@
+"""One job: config → task → :class:`JobRun` (its MLflow run, signals, outcome) → device → work.
+
+A job never raises for a failure of its own (OOM, a crash, a missing device, a diverged loss): the
+job context logs the outcome and the sweep goes on. Bad input (:class:`UsageError`) stops the
+sweep before the job's run is opened. SIGINT/SIGTERM end the job ``killed`` and then the sweep.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from pathlib import Path
+
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from sweeps import names
+from sweeps.config import validate
+from sweeps.errors import DataUnavailable
+from sweeps.launch import ddp, gpu_pool, signals
+from sweeps.launch import outcome as oc
+from sweeps.launch.device import resolve_device
+from sweeps.launch.finish import finish
+from sweeps.launch.sweep import print_summary
+from sweeps.tasks.base import Task, create, settings_of_other_tasks
+from sweeps.telemetry.sampler import for_job
+from sweeps.tracking import resume, store
+from sweeps.tracking.env import environment_tags, fingerprint_json
+from sweeps.tracking.epochs import EpochLog, read_journal
+from sweeps.tracking.writer import RunWriter
+from sweeps.train.checkpoint import Checkpoints
+
+log = logging.getLogger("sweeps")
+JOURNAL = "epochs.jsonl"  # the run's per-epoch records, beside its checkpoints
+LAST_JOB: dict[str, str] = {}  # the last job this process closed: name, outcome (the CLI's last words)
+
+
+def _hydra_context() -> tuple[str, dict[str, str], bool]:
+    """(job name from its overrides, {group: chosen option}, whether this is a multirun)."""
+    if not HydraConfig.initialized():
+        return "job", {}, False
+    hc = HydraConfig.get()
+    choices = {k: str(v) for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
+    multirun = hc.mode == RunMode.MULTIRUN
+    swept = set(filter(None, os.environ.get(store.SWEPT_KEYS_ENV, "").split(","))) if multirun else set()
+    name = " ".join(o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
+    name = name or hc.job.override_dirname or " ".join(f"{g}={choices[g]}" for g in ("model", "dataset") if g in choices)
+    return name, choices, multirun
+
+
+class JobRun:
+    """The context of one job (``with JobRun(...) as job:``): it opens the job's MLflow run (or
+    reopens a killed one to resume it), and on every way out of the block — ok, oom, diverged,
+    error, unavailable, SIGINT/SIGTERM anywhere, a second signal while finishing — flushes what
+    was measured and writes the outcome and the run status exactly once
+    (:func:`sweeps.launch.finish.finish`). Opening and finishing hold signals back, so a run is
+    never left half-written or RUNNING by a process that exits.
+
+    What a task uses: :attr:`writer` (metrics, tags), :attr:`epochs` (per-epoch records),
+    :attr:`checkpoints`, :attr:`resume_state` (a checkpoint to go on from, or None),
+    :attr:`telemetry` (the sampler, once :meth:`start_telemetry` ran), :attr:`log`.
+    After the block: :attr:`outcome`, :attr:`error`, :attr:`run_id`.
+    """
+
+    log = log
+
+    def __init__(self, cfg: DictConfig, task: Task, client, experiment_id: str, name: str,
+                 choices: dict[str, str], multirun: bool, config_hash: str, previous=None):
+        self.cfg, self.task, self.client, self.experiment_id = cfg, task, client, experiment_id
+        self.name, self.choices, self.multirun, self.config_hash = name, choices, multirun, config_hash
+        self.previous = previous
+        self.writer: RunWriter | None = None
+        self.telemetry = self.device = self.resume_state = None
+        self.outcome: str | None = None
+        self.error = ""
+
+    @property
+    def run_id(self) -> str:
+        return self.writer.run_id
+
+    def __enter__(self) -> "JobRun":
+        with signals.held() as pending:
+            self._open()
+        if pending:  # the run exists: close it as killed, then stop as the signal asked
+            self.__exit__(KeyboardInterrupt, signals.as_exception(pending[0]), None)
+            raise signals.as_exception(pending[0])
+        return self
+
+    def _open(self) -> None:
+        cfg, data = self.cfg, self.task.data
+        tags = {names.OUTCOME_TAG: names.RUNNING, names.HASH_TAG: self.config_hash, **resume.owner_tags()}
+        root = Path(cfg.checkpoint.dir) / self.config_hash
+        records: list[dict] = []
+        if self.previous is not None and cfg.task == "train":  # killed earlier: go on in its run
+            run_dir = root / self.previous.info.run_id
+            self.resume_state = Checkpoints(run_dir, 0, cfg.checkpoint.keep).load_latest()
+        if self.resume_state is not None:
+            self.writer = RunWriter.attach(self.client, self.previous.info.run_id)
+            self.writer.set_tags({**tags, names.RESUMED_TAG: "true", names.ERROR_TAG: ""})
+            records = read_journal(run_dir / JOURNAL, up_to_epoch=self.resume_state["epoch"])
+            (run_dir / JOURNAL).write_text("".join(_json_line(r) for r in records), encoding="utf-8")
+        else:
+            parent = store.parent_run_id() if self.multirun else None
+            self.writer = RunWriter(self.client, self.experiment_id, self.name, parent,
+                                    {**environment_tags(), names.OVERRIDES_TAG: self.name, **tags})
+            skip = tuple(settings_of_other_tasks(cfg.task))
+            self.writer.log_params({**store.flatten(cfg, skip), **self.choices})
+            self.writer.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+            self.writer.log_text(fingerprint_json(), "fingerprint.json")
+            run_dir = root / self.writer.run_id
+        self.checkpoints = Checkpoints(run_dir, cfg.checkpoint.every_epochs, cfg.checkpoint.keep,
+                                       cfg.checkpoint.every_s)
+        self.epochs = EpochLog(self.writer, run_dir / JOURNAL, self.task.regression, cfg.log_every_s,
+                               cfg.epochs, records)
+        if data is not None:
+            self.writer.log_metrics({names.BATCH_SIZE: data.batch, names.LR: data.lr})
+            log.info("job %s: batch %d, lr %.4g, %d train / %d test examples", self.name, data.batch, data.lr,
+                     len(data.train), len(data.test))
+        elif isinstance(cfg.batch, int):
+            self.writer.log_metrics({names.BATCH_SIZE: cfg.batch})
+
+    def start_telemetry(self, device: torch.device) -> None:
+        """Note the job's device and start sampling it (stopped when the job ends)."""
+        self.device = device
+        self.telemetry = for_job(self.cfg.telemetry.interval_s, device)
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        with signals.held() as pending:
+            if self.outcome is None:
+                outcome, error = self._classify(exc)
+                peak = None
+                if outcome == names.OOM and self.device is not None and self.device.type == "cuda":
+                    peak = torch.cuda.max_memory_allocated(self.device) / 2**20  # higher than any epoch's
+                if tb is not None:  # free the failed frames' tensors before memory is released
+                    traceback.clear_frames(tb)
+                finish(self, outcome, error, peak)
+                LAST_JOB.update(name=self.name, outcome=outcome)
+        if pending and not isinstance(exc, KeyboardInterrupt):  # arrived while finishing: the job is closed
+            raise signals.as_exception(pending[0])
+        return isinstance(exc, Exception)  # failures are outcomes; signals and exits go on up
+
+    def _classify(self, exc: BaseException | None) -> tuple[str, str]:
+        if exc is None:
+            return names.OK, ""
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            how = getattr(exc, "signal_name", "SIGINT") if isinstance(exc, KeyboardInterrupt) else "exit"
+            return names.KILLED, f"interrupted by {how}; rerun the sweep to resume from the last checkpoint"
+        outcome, error = oc.classify(exc)
+        if outcome == names.ERROR:
+            log.error("job %s failed", self.name, exc_info=(type(exc), exc, exc.__traceback__))
+        else:
+            log.warning("job %s: %s (%s)", self.name, outcome, error)
+        return outcome, error
+
+
+def _json_line(rec: dict) -> str:
+    import json
+
+    return json.dumps(rec, separators=(",", ":")) + "\n"
+
+
+def run(cfg: DictConfig) -> str:
+    """Run the job ``cfg`` describes; returns its outcome (see :data:`sweeps.names.OUTCOMES`), or
+    ``skipped`` when an earlier run of the same config is done.
+
+    Raises:
+        UsageError: bad input (config value, data path) — the caller stops the sweep.
+        KeyboardInterrupt: SIGINT/SIGTERM (after the job's run is closed ``killed``).
+    """
+    validate(cfg)
+    name, choices, multirun = _hydra_context()
+    task = create(cfg)
+    client, experiment_id = store.prepare(cfg)
+    if not multirun:  # a sweep does this once, in its callback
+        resume.mark_stale(client, experiment_id)
+    chash = resume.config_hash(cfg, tuple(settings_of_other_tasks(cfg.task)))
+    previous = resume.previous_run(client, experiment_id, chash) if cfg.resume else None
+    if previous is not None and previous.data.tags.get(names.OUTCOME_TAG) in names.DONE:
+        log.info("job %s: already done in run %s (outcome %s): skipped; resume=false runs it again", name,
+                 previous.info.run_id, previous.data.tags.get(names.OUTCOME_TAG))
+        oc.note(names.SKIPPED)
+        if multirun and store.parent_run_id():  # counted by the sweep from MLflow (jobs may run elsewhere)
+            client.set_tag(store.parent_run_id(), f"{names.SKIPPED_TAG_PREFIX}{chash}", previous.info.run_id)
+        return names.SKIPPED
+    missing = None
+    try:
+        task.prepare()
+    except DataUnavailable as e:
+        if cfg.dataset.if_missing != "skip":
+            raise
+        missing = e
+    with JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous) as job:
+        if missing is not None:  # dataset.if_missing=skip: an unavailable job, logged as such
+            raise missing
+        with gpu_pool.claim(cfg.device):  # hydra/launcher=gpu_pool: a GPU (or CPU share) of its own
+            device = resolve_device(cfg.device)
+            job.start_telemetry(device)
+            if cfg.device.name == "ddp":  # N processes; rank 0's records reach job.epochs
+                job.writer.log_metrics({names.WORLD_SIZE: cfg.device.gpus})
+                for rec in ddp.launch(cfg, task.data.batch, task.data.lr):
+                    job.epochs.append(rec)
+            else:
+                task.run(job, device)
+    if not multirun:  # a sweep prints its summary once, at its end (sweeps.launch.sweep)
+        print_summary(client, [client.get_run(job.run_id)])
+    return job.outcome

@@ -1,0 +1,132 @@
+"""A sweep as a whole: the Hydra callback that opens the MLflow parent run before the jobs, and
+closes it after them with the one-screen summary; and the stop on bad input."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.experimental.callback import Callback
+from mlflow import MlflowClient
+from mlflow.entities import RunTag
+from omegaconf import DictConfig
+
+from sweeps import names
+from sweeps.launch import outcome
+from sweeps.tracking import resume, store
+from sweeps.tracking.console import summary_table
+from sweeps.tracking.env import environment_tags
+from sweeps.errors import UsageError
+
+log = logging.getLogger("sweeps")
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """Keys the sweep varies: command-line sweep overrides (``batch=64,256``) and the preset's
+    ``hydra.sweeper.params``. Job names show only these."""
+    overrides = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    keys = [o.key_or_group for o in overrides if o.is_sweep_override()]
+    params = [k.lstrip("+~") for k in (config.hydra.sweeper.get("params") or {})]
+    return keys + [k for k in params if k not in keys]
+
+
+def summary_row(run: Any) -> dict:
+    """One summary row (see :func:`sweeps.tracking.console.summary_table`) from a job's MLflow run."""
+    m, tags = run.data.metrics, run.data.tags
+    row = {"job": tags.get(names.OVERRIDES_TAG, run.info.run_name), "outcome": tags.get(names.OUTCOME_TAG, "?"),
+           "error": tags.get(names.ERROR_TAG, ""), "first_s": m.get(names.FIRST_EPOCH_S),
+           "median_s": m.get(names.MEDIAN_EPOCH_S), "total_s": m.get(names.TOTAL_S)}
+    if names.FINAL_ACC in m:
+        row["final"] = f"acc {m['test/final_acc']:.4f}"
+    elif names.FINAL_RMSE in m:
+        row["final"] = f"rmse {m['test/final_rmse']:.2f}"
+    elif names.INFER_MEDIAN_MS in m:
+        row["final"] = f"{m['infer/median_ms']:.2f} ms/batch"
+    elif names.MAX_BATCH in m:  # task=max_batch
+        row["final"] = f"fits up to {m['mem/max_batch']:.0f}"
+    return row
+
+
+def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = None) -> str:
+    """Print the summary of ``runs``; log it to the parent run when there is one."""
+    table = summary_table([summary_row(r) for r in runs])
+    counts = Counter(r.data.tags.get(names.OUTCOME_TAG, "?") for r in runs)
+    text = f"{table}\n{len(runs)} job(s): " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    print(f"\n{text}", flush=True)
+    if parent_run_id:
+        client.log_text(parent_run_id, text + "\n", "summary.txt")
+        client.log_batch(parent_run_id, tags=[RunTag(f"{names.OUTCOMES_TAG_PREFIX}{k}", str(n)) for k, n in counts.items()])
+    return text
+
+
+def stop(error: UsageError) -> None:
+    """End the sweep on bad input: one line on stderr, the parent run closed FAILED, exit 2.
+
+    Raises:
+        SystemExit: always (status 2). Hydra lets it through, so no other job starts.
+    """
+    message = str(error)
+    print(f"sweeps: error: {message}", file=sys.stderr, flush=True)
+    parent, uri = _close_sweep_env()
+    if parent and uri:
+        client = MlflowClient(uri)
+        client.set_tag(parent, names.STOPPED_TAG, message[:5000])
+        client.set_terminated(parent, "FAILED")
+    raise SystemExit(2)
+
+
+def interrupted(signal_name: str) -> None:
+    """Close the sweep's parent run KILLED after SIGINT/SIGTERM (the job's run is closed by the job)."""
+    parent, uri = _close_sweep_env()
+    if parent and uri:
+        client = MlflowClient(uri)
+        client.set_tag(parent, names.OUTCOME_TAG, names.KILLED)
+        client.set_tag(parent, names.STOPPED_TAG, f"interrupted by {signal_name}")
+        client.set_terminated(parent, "KILLED")
+
+
+def _close_sweep_env() -> tuple[str | None, str | None]:
+    """Forget the sweep in this process (a later sweep in it starts clean); its parent run id and store."""
+    os.environ.pop(store.SWEPT_KEYS_ENV, None)
+    return os.environ.pop(store.PARENT_RUN_ENV, None), os.environ.pop(store.SWEEP_URI_ENV, None)
+
+
+class SweepCallback(Callback):
+    """Registered in ``conf/config.yaml`` under ``hydra.callbacks``; active with ``-m``."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            client, experiment_id = store.prepare(config)
+        except UsageError as e:
+            stop(e)
+        resume.mark_stale(client, experiment_id)
+        name = "/".join(Path(str(config.hydra.sweep.dir)).parts[-2:]) or "sweep"
+        tags = {**environment_tags(), **resume.owner_tags(), names.KIND_TAG: "sweep", names.SWEEP_DIR_TAG: str(config.hydra.sweep.dir),
+                names.COMMAND_TAG: " ".join(["python -m sweeps", *sys.argv[1:]])[:5000]}
+        run = client.create_run(experiment_id, run_name=f"sweep {name}", tags=tags)
+        os.environ[store.PARENT_RUN_ENV] = run.info.run_id
+        os.environ[store.SWEPT_KEYS_ENV] = ",".join(swept_keys(config))
+        os.environ[store.SWEEP_URI_ENV] = client.tracking_uri
+        log.info("MLflow: sweep run %s in experiment '%s' at %s", run.info.run_id,
+                 config.mlflow.experiment, client.tracking_uri)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        parent, uri = _close_sweep_env()
+        if not parent or not uri:
+            return
+        client = MlflowClient(uri)
+        experiment_id = client.get_run(parent).info.experiment_id
+        children = store.child_runs(client, experiment_id, parent)
+        print_summary(client, children, parent)
+        # from MLflow, not this process's counters: with joblib/submitit the jobs ran elsewhere
+        outcome.note_sweep_errors(sum(r.data.tags.get(names.OUTCOME_TAG) == outcome.ERROR for r in children))
+        tags = client.get_run(parent).data.tags
+        skipped = max(outcome.count(outcome.SKIPPED), sum(k.startswith(names.SKIPPED_TAG_PREFIX) for k in tags))
+        if skipped:
+            print(f"{skipped} job(s) skipped: already done (ok/oom) in this experiment; resume=false runs them again")
+            client.set_tag(parent, f"{names.OUTCOMES_TAG_PREFIX}{names.SKIPPED}", str(skipped))
+        client.set_terminated(parent, "FINISHED")

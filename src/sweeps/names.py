@@ -1,0 +1,107 @@
+"""Every name a user types or reads: outcomes, MLflow tags and metrics, config group options.
+
+The tracker, the console, the report and the README use these names and no others (a test
+compares this module with the README). Torch-free on purpose: the report and tests import it
+without loading torch. Units are in the names: ``_s`` seconds, ``_ms`` milliseconds, ``_mb``
+MB (2**20 bytes), ``_j`` joules, ``_w`` watts, ``_pct`` percent, ``_mhz`` MHz, ``_c`` °C.
+"""
+from __future__ import annotations
+
+# ── outcomes: how a job ended (tag ``outcome``) ─────────────────────────────────────────────
+OK, OOM, DIVERGED, ERROR, UNAVAILABLE, KILLED = "ok", "oom", "diverged", "error", "unavailable", "killed"
+OUTCOMES = (OK, OOM, DIVERGED, ERROR, UNAVAILABLE, KILLED)
+SKIPPED = "skipped"  # not an outcome of a run: a job already done in an earlier run (resume)
+RUNNING = "running"  # the outcome tag while a job runs
+DONE = (OK, OOM)  # outcomes that a rerun of the same config skips
+
+# ── config group options (conf/<group>/<option>.yaml; a test checks both agree) ─────────────
+GROUP_OPTIONS: dict[str, tuple[str, ...]] = {
+    "model": ("cnn10", "wrn28_10", "mlp", "mlp_tabular", "resnet50"),
+    "dataset": ("cifar10", "mnist", "imagefolder", "diabetes", "synthetic"),
+    "device": ("auto", "cpu", "cuda", "ddp"),
+    "optimizer": ("sgd", "adam"),
+    "lr_scaling": ("linear", "sqrt", "none"),
+    "schedule": ("multistep", "constant", "cosine"),
+    "precision": ("fp32", "tf32", "bf16", "fp16"),
+    "task": ("train", "inference", "max_batch"),
+}
+LOADERS = ("dataloader", "device")
+IN_MEMORY_DATASETS = ("cifar10", "mnist", "diabetes", "synthetic")  # dataset.loader=device works for these
+TIMING_MODES = ("events", "sync", "naive")
+OPTIMIZER_IMPLS = ("auto", "fused", "foreach", "loop")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+DDP_BACKENDS = ("auto", "nccl", "gloo")
+PHASES = ("data", "forward", "backward", "optimizer")  # the timed phases of a training step
+
+# ── tags ────────────────────────────────────────────────────────────────────────────────────
+OUTCOME_TAG, ERROR_TAG = "outcome", "error"
+OVERRIDES_TAG = "sweeps.overrides"  # the job's swept key=value pairs
+HASH_TAG = "sweeps.config_hash"  # a job's identity (resume)
+PID_TAG, HOST_TAG = "sweeps.pid", "sweeps.host"  # who owns a RUNNING run
+RESUMED_TAG = "resumed"
+KIND_TAG = "sweeps.kind"  # "sweep" on a parent run
+STOPPED_TAG = "sweeps.stopped"  # why a sweep stopped early (bad input, a signal)
+COMMAND_TAG, SWEEP_DIR_TAG = "sweeps.command", "sweeps.sweep_dir"
+SKIPPED_TAG_PREFIX = "sweeps.skipped."  # + config hash, on the parent run: a job skipped as done
+OUTCOMES_TAG_PREFIX = "outcomes."  # + outcome, on the parent run: how many jobs ended so
+PARENT_RUN_TAG = "mlflow.parentRunId"
+TELEMETRY_TAG = "telemetry"
+PEAK_TAG = "perf.peak"  # the datasheet peak MFU is measured against
+MAX_BATCH_BOUND_TAG = "max_batch.bound"
+ENV_TAG_PREFIX = "env."  # the machine: env.host, env.gpus, env.torch, ... (sweeps.tracking.env)
+
+# ── metrics ─────────────────────────────────────────────────────────────────────────────────
+# Per-epoch series: step = epoch number, from 1. Never also logged at step 0 as a summary.
+EPOCH_S, EVAL_S, ELAPSED_S = "time/epoch_s", "time/eval_s", "time/elapsed_s"
+TRAIN_LOSS, TRAIN_ACC, TRAIN_LR = "train/loss", "train/acc", "train/lr"
+TEST_LOSS, TEST_ACC, TEST_RMSE = "test/loss", "test/acc", "test/rmse"
+PHASE_SUM_S = "phase/sum_s"
+SAMPLES_PER_S = "perf/samples_per_s"
+FLOPS_PER_S, MFU = "perf/flops_per_s", "perf/mfu"
+EPOCH_PEAK_MB = "mem/epoch_peak_mb"
+
+
+def phase_ms(phase: str) -> str:
+    """``phase/<phase>_ms``: mean time per iteration of one phase (ms)."""
+    return f"phase/{phase}_ms"
+
+
+def phase_max_ms(phase: str) -> str:
+    """``phase/<phase>_max_ms``: the slowest data-parallel rank's mean (ms)."""
+    return f"phase/{phase}_max_ms"
+
+
+EPOCH_METRICS = (EPOCH_S, EVAL_S, ELAPSED_S, TRAIN_LOSS, TRAIN_ACC, TRAIN_LR, TEST_LOSS, TEST_ACC, TEST_RMSE,
+                 PHASE_SUM_S, *map(phase_ms, PHASES), SAMPLES_PER_S, FLOPS_PER_S, MFU, EPOCH_PEAK_MB)
+DDP_EPOCH_METRICS = tuple(map(phase_max_ms, PHASES))
+TELEMETRY_EPOCH_METRICS = ("gpu/sm_clock_mhz", "gpu/mem_clock_mhz", "gpu/util_pct", "gpu/mem_used_max_mb",
+                           "gpu/temp_max_c", "gpu/power_w", "gpu/fan_pct", "gpu/throttle_frac", "gpu/energy_j",
+                           "host/cpu_pct", "host/rss_max_mb", "host/sys_mem_used_max_mb")
+
+# Summaries: one value per job (step 0).
+FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S = "time/first_epoch_s", "time/median_epoch_s", "time/total_s"
+COMPILE_S, WARMUP_S = "time/compile_s", "time/warmup_s"
+FINAL_ACC, FINAL_RMSE = "test/final_acc", "test/final_rmse"
+PEAK_MB = "mem/peak_mb"
+BATCH_SIZE, LR = "batch_size", "lr"  # numeric copies of the knobs people sort by (params are text)
+PARAMS = "model/params"
+WORLD_SIZE = "device.world_size"
+FLOPS_PER_EXAMPLE, PEAK_FLOPS = "perf/flops_per_example", "perf/peak_flops"
+SCALING_EFFICIENCY = "perf/scaling_efficiency"  # report only: throughput_N / (N × throughput_1)
+MAX_BATCH, MAX_BATCH_PEAK_MB = "mem/max_batch", "mem/max_batch_peak_mb"
+ENERGY_TOTAL_J, ENERGY_TRAIN_J, ENERGY_J_PER_SAMPLE = "energy/total_j", "energy/train_j", "energy/j_per_sample"
+INFER_MEDIAN_MS, INFER_MEAN_MS, INFER_MIN_MS = "infer/median_ms", "infer/mean_ms", "infer/min_ms"
+INFER_P10_MS, INFER_P90_MS, INFER_STD_MS, INFER_WALL_S = "infer/p10_ms", "infer/p90_ms", "infer/std_ms", "infer/wall_s"
+INFER_ITER_MS = "infer/iter_ms"  # series: step = iteration
+MAX_BATCH_TRIAL_METRICS = ("max_batch/batch", "max_batch/fits", "max_batch/peak_mb", "max_batch/predicted")  # step = trial
+MAX_BATCH_TRIALS = "max_batch/trials"
+
+SUMMARY_METRICS = (FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S, COMPILE_S, WARMUP_S, FINAL_ACC, FINAL_RMSE, PEAK_MB,
+                   BATCH_SIZE, LR, PARAMS, WORLD_SIZE, FLOPS_PER_EXAMPLE, PEAK_FLOPS, MAX_BATCH,
+                   MAX_BATCH_PEAK_MB, MAX_BATCH_TRIALS, ENERGY_TOTAL_J, ENERGY_TRAIN_J, ENERGY_J_PER_SAMPLE,
+                   INFER_MEDIAN_MS, INFER_MEAN_MS, INFER_MIN_MS, INFER_P10_MS, INFER_P90_MS, INFER_STD_MS,
+                   INFER_WALL_S, SAMPLES_PER_S)  # perf/samples_per_s: a summary of inference jobs only
+SERIES_METRICS = (INFER_ITER_MS, *MAX_BATCH_TRIAL_METRICS)
+
+ALL_METRICS = frozenset((*EPOCH_METRICS, *DDP_EPOCH_METRICS, *TELEMETRY_EPOCH_METRICS, *SUMMARY_METRICS,
+                         *SERIES_METRICS))

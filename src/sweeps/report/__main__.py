@@ -1,0 +1,90 @@
+"""``python -m sweeps.report``: a sweep's MLflow runs → the reference tables, comparisons and plots,
+as one Markdown file (also logged to the sweep's parent run under ``report/``).
+
+    python -m sweeps.report                       # the latest sweep in ./mlruns
+    python -m sweeps.report --experiment offline_mnist
+    python -m sweeps.report --run-id <parent run id> --out reports/study1
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+from mlflow import MlflowClient
+
+from sweeps.report import plots
+from sweeps.report.runs import find_sweep, history, load_jobs, max_batches, swept_keys
+from sweeps.report.tables import (COMPARE_KEYS, comparison, inference_table, max_batch_table, reference_tables,
+                                  scaling_efficiency)
+from sweeps.tracking.store import resolve_uri
+
+
+def build(client: MlflowClient, parent, out: Path) -> Path:
+    """Write ``out/report.md`` and its figures for the sweep ``parent``; returns the report path."""
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = load_jobs(client, parent)
+    swept = swept_keys(jobs)
+    tags = jobs[0].tags if jobs else parent.data.tags
+    lines = [f"# Sweep report: {parent.info.run_name}", "",
+             f"- experiment id {parent.info.experiment_id}, sweep run `{parent.info.run_id}`, {len(jobs)} jobs",
+             f"- command: `{parent.data.tags.get('sweeps.command', '?')}`",
+             f"- machine: {tags.get('env.cpu', '?')} ({tags.get('env.cores', '?')} cores, {tags.get('env.ram_gb', '?')} GB),"
+             f" GPUs: {tags.get('env.gpus', '?')}; torch {tags.get('env.torch', '?')}, commit {tags.get('env.git_commit', '?')[:12]}",
+             f"- generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", ""]
+    for label, table in reference_tables(jobs, max_batches(client, parent.info.experiment_id)):
+        lines += [f"## {label}", "", table, ""]
+    if (table := max_batch_table(jobs)) is not None:
+        lines += ["## Largest batch that fits", "", table, ""]
+    if (table := inference_table(jobs)) is not None:
+        lines += ["## Inference timing", "", "`naive` times the host enqueueing CUDA work, not the work: "
+                  "shown only to show its error.", "", table, ""]
+    for key in (k for k in COMPARE_KEYS if k in swept):
+        lines += [f"## Comparison over {key}", "", comparison(jobs, key), ""]
+    if (table := scaling_efficiency(jobs)) is not None:
+        lines += ["## Data-parallel scaling", "", "throughput on N processes / (N × throughput on 1)", "", table, ""]
+    figures = [
+        ("Epoch time vs batch size", plots.versus_batch(jobs, "time/median_epoch_s", "median epoch time [s]",
+                                                        out / "epoch_time_vs_batch.png", logy=True)),
+        ("Accuracy vs batch size", plots.versus_batch(jobs, "test/final_acc", "test accuracy",
+                                                      out / "accuracy_vs_batch.png")),
+        ("Phase breakdown per iteration", plots.phase_breakdown(jobs, out / "phases.png")),
+        ("Energy per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), "gpu/energy_j",
+                                             "energy per epoch [J]", out / "energy_per_epoch.png")),
+        ("Mean GPU power per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), "gpu/power_w",
+                                                     "mean power [W]", out / "power_per_epoch.png")),
+        ("Inference time by timing method", plots.inference_by_method(jobs, out / "inference_timing.png")),
+    ]
+    for title, path in figures:
+        if path is not None:
+            lines += [f"## {title}", "", f"![{title}]({path.name})", ""]
+    report = out / "report.md"
+    report.write_text("\n".join(lines))
+    client.log_artifacts(parent.info.run_id, str(out), "report")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2: nothing to report, one line on stderr)."""
+    ap = argparse.ArgumentParser(prog="python -m sweeps.report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--experiment", help="MLflow experiment name (default: the latest sweep of any)")
+    ap.add_argument("--run-id", help="the sweep's parent run id")
+    ap.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlruns/mlflow.db")
+    ap.add_argument("--out", type=Path, help="output folder (default: reports/<sweep run id>)")
+    args = ap.parse_args(argv)
+    client = MlflowClient(resolve_uri(args.tracking_uri))
+    try:
+        parent = find_sweep(client, args.experiment, args.run_id)
+    except LookupError as e:
+        print(f"sweeps.report: error: {e}", file=sys.stderr)
+        return 2
+    report = build(client, parent, args.out or Path("reports") / parent.info.run_id[:12])
+    print(report.read_text())
+    print(f"\nreport: {report}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Figures of a sweep (PNG through matplotlib's object API: :class:`~matplotlib.figure.Figure`, no
+pyplot global state, no display).
+
+Each function writes one figure to ``path`` and returns it, or returns None when the sweep holds
+nothing to draw (e.g. no telemetry), so the report only lists figures that exist.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable
+
+from matplotlib.figure import Figure
+
+from sweeps.names import PHASES
+from sweeps.report.runs import Job
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)  # a bare Figure renders with the Agg canvas: no pyplot state, no display
+    return path
+
+
+def _by_group(jobs: list[Job], metric: str) -> dict[str, list[tuple[float, float]]]:
+    """``{label without batch: [(batch, value)]}`` for ok jobs that have ``metric``, by batch."""
+    groups: dict[str, list] = defaultdict(list)
+    for j in jobs:
+        if j.outcome == "ok" and j.batch is not None and metric in j.metrics:
+            groups[j.label(exclude=("batch",))].append((j.batch, j.metrics[metric]))
+    return {k: sorted(v) for k, v in groups.items()}
+
+
+def versus_batch(jobs: list[Job], metric: str, ylabel: str, path: Path, logy: bool = False) -> Path | None:
+    """``metric`` against batch size, one line per model/device (every swept key but batch)."""
+    groups = _by_group(jobs, metric)
+    if not groups or all(len(v) < 2 for v in groups.values()):
+        return None
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.subplots()
+    batches = sorted({b for points in groups.values() for b, _ in points})
+    for label, points in groups.items():
+        line, = ax.plot([b for b, _ in points], [v for _, v in points], marker="o", label=label)
+        for j in jobs:  # where the batch did not fit: a dotted line in the group's colour
+            if j.outcome == "oom" and j.batch is not None and j.label(exclude=("batch",)) == label:
+                ax.axvline(j.batch, color=line.get_color(), ls=":", alpha=0.7)
+                ax.annotate("OOM", (j.batch, 1), xycoords=("data", "axes fraction"), ha="center",
+                            va="bottom", fontsize=7, color=line.get_color())
+                batches.append(j.batch)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(batches)), [f"{b:.0f}" for b in sorted(set(batches))])
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("batch size")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def phase_breakdown(jobs: list[Job], path: Path) -> Path | None:
+    """Stacked bars: mean data/forward/backward/optimizer time per iteration (last epoch), per job."""
+    rows = [j for j in jobs if all(f"phase/{p}_ms" in j.metrics for p in PHASES)]
+    if not rows:
+        return None
+    fig = Figure(figsize=(max(6.4, 0.7 * len(rows) + 2), 4.4))
+    ax = fig.subplots()
+    bottom = [0.0] * len(rows)
+    for phase in PHASES:
+        values = [j.metrics[f"phase/{phase}_ms"] for j in rows]
+        ax.bar(range(len(rows)), values, bottom=bottom, label=phase)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_xticks(range(len(rows)), [j.label() for j in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("ms per iteration")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def inference_by_method(jobs: list[Job], path: Path) -> Path | None:
+    """Median time per batch (p10–p90 whiskers) per inference job, log scale: the naive host
+    clock's error against the synchronized and CUDA-event timings is orders of magnitude."""
+    rows = [j for j in jobs if "infer/median_ms" in j.metrics]
+    if not rows:
+        return None
+    med = [j.metrics["infer/median_ms"] for j in rows]
+    low = [m - j.metrics.get("infer/p10_ms", m) for m, j in zip(med, rows)]
+    high = [j.metrics.get("infer/p90_ms", m) - m for m, j in zip(med, rows)]
+    fig = Figure(figsize=(max(6.4, 0.8 * len(rows) + 2), 4.2))
+    ax = fig.subplots()
+    colors = {"naive": "tab:red", "sync": "tab:blue", "events": "tab:green"}
+    ax.bar(range(len(rows)), med, yerr=[low, high], capsize=3,
+           color=[colors.get(j.params.get("timing.mode", ""), "tab:gray") for j in rows])
+    ax.set_xticks(range(len(rows)), [j.label() for j in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per batch (median, p10–p90)")
+    return _save(fig, path)
+
+
+def per_epoch(jobs: list[Job], history: Callable[[str, str], list], metric: str, ylabel: str,
+              path: Path) -> Path | None:
+    """A per-epoch metric (e.g. ``gpu/energy_j``) over epochs, one line per job that logged it."""
+    series = {j.label(): history(j.run_id, metric) for j in jobs if metric in j.metrics}
+    series = {k: v for k, v in series.items() if v}
+    if not series:
+        return None
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.subplots()
+    for label, points in series.items():
+        ax.plot([s for s, _ in points], [v for _, v in points], marker=".", label=label)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)

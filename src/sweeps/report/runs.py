@@ -1,0 +1,121 @@
+"""Read a sweep back from MLflow for the report: the parent run, its jobs, what was swept.
+
+MLflow params are strings and sort as text ("1024" < "128"), so every number the report sorts or
+plots by comes from a metric (``batch_size``, ``lr``), never from a param.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlflow import MlflowClient
+
+from sweeps import names
+from sweeps.tracking import store
+
+
+@dataclass
+class Job:
+    """One job of a sweep as the report sees it."""
+
+    run_id: str
+    name: str
+    outcome: str
+    error: str
+    swept: dict[str, str]  # the swept key=value pairs of this job, in command-line order
+    params: dict[str, str]
+    metrics: dict[str, float]  # the latest value of each metric
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def batch(self) -> float | None:
+        return self.metrics.get("batch_size")
+
+    def label(self, exclude: tuple[str, ...] = ()) -> str:
+        """``key=value`` of the swept keys other than ``exclude`` (``all`` when none are left)."""
+        return " ".join(f"{k}={v}" for k, v in self.swept.items() if k not in exclude) or "all"
+
+
+def parse_overrides(text: str) -> dict[str, str]:
+    """``"model=mlp batch=64"`` → ``{"model": "mlp", "batch": "64"}`` (values may hold ``=``)."""
+    out = {}
+    for part in text.split():
+        if "=" in part:
+            key, value = part.split("=", 1)
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def find_sweep(client: MlflowClient, experiment: str | None = None, run_id: str | None = None):
+    """The parent run of a sweep: ``run_id`` if given, else the latest sweep in ``experiment``
+    (or in any experiment).
+
+    Raises:
+        LookupError: no such run or no sweep at all (message names what was searched).
+    """
+    if run_id:
+        return client.get_run(run_id)
+    if experiment:
+        exp = client.get_experiment_by_name(experiment)
+        if exp is None:
+            raise LookupError(f"no experiment named {experiment!r} in {client.tracking_uri}")
+        ids = [exp.experiment_id]
+    else:
+        ids = [e.experiment_id for e in client.search_experiments()]
+    found = client.search_runs(ids, "tags.`sweeps.kind` = 'sweep'", order_by=["attributes.start_time DESC"],
+                               max_results=1) if ids else []
+    if not found:
+        where = f"experiment {experiment!r}" if experiment else "any experiment"
+        raise LookupError(f"no sweep (a run of python -m sweeps -m ...) in {where} of {client.tracking_uri}")
+    return found[0]
+
+
+def load_jobs(client: MlflowClient, parent) -> list[Job]:
+    """The sweep's jobs in the order they ran."""
+    jobs = []
+    for run in store.child_runs(client, parent.info.experiment_id, parent.info.run_id):
+        tags = run.data.tags
+        jobs.append(Job(run.info.run_id, run.info.run_name, tags.get(names.OUTCOME_TAG, "?"),
+                        tags.get(names.ERROR_TAG, ""), parse_overrides(tags.get(names.OVERRIDES_TAG, "")),
+                        dict(run.data.params), dict(run.data.metrics), dict(tags)))
+    return jobs
+
+
+def swept_keys(jobs: list[Job]) -> list[str]:
+    """Keys that take more than one value across the jobs, in command-line order."""
+    keys: list[str] = []
+    for job in jobs:
+        keys += [k for k in job.swept if k not in keys]
+    return [k for k in keys if len({j.swept.get(k) for j in jobs}) > 1]
+
+
+def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    """``[(step, value)]`` of a metric, by step."""
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+# Params that change how much memory a training step needs (the batch aside), and the machine.
+_MEMORY_KEYS = ("precision", "channels_last", "optimizer", "optimizer.impl", "dataset", "dataset.shape",
+                "dataset.image_size", "dataset.channels", "device.index")
+
+
+def memory_key(params: dict[str, str], tags: dict[str, str]) -> tuple:
+    """What a ``task=max_batch`` result depends on: model (and every ``model.*`` param), input
+    shape, precision, channels_last, optimizer, the device actually used and the machine."""
+    device = params.get("device", "?")
+    if device == "auto":  # auto is cuda where the machine has a GPU
+        device = "cpu" if tags.get("env.gpus", "none") == "none" else "cuda"
+    model = tuple(sorted((k, v) for k, v in params.items() if k == "model" or k.startswith("model.")))
+    return (model, device, tags.get("env.host"), tags.get("env.gpus"),
+            *(params.get(k) for k in _MEMORY_KEYS if not (device == "cpu" and k == "device.index")))
+
+
+def max_batches(client: MlflowClient, experiment_id: str) -> dict[tuple, int]:
+    """``{memory_key: mem/max_batch}`` from the experiment's finished ``task=max_batch`` jobs
+    (the newest one per key)."""
+    found: dict[tuple, int] = {}
+    runs = client.search_runs([experiment_id], "params.task = 'max_batch' and tags.outcome = 'ok'",
+                              order_by=["attributes.start_time DESC"], max_results=1000)
+    for run in runs:
+        if "mem/max_batch" in run.data.metrics:
+            found.setdefault(memory_key(dict(run.data.params), dict(run.data.tags)), int(run.data.metrics["mem/max_batch"]))
+    return found

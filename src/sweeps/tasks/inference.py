@@ -1,0 +1,119 @@
+"""Inference benchmark (``task=inference``): warm-up, then N timed forward passes on one batch.
+
+Three ways to time it (``timing.mode``), so study 3 of the design notes can show why only two are
+right:
+
+- ``naive``: a host clock around each forward, no synchronize. On CUDA this measures how long
+  the host took to *enqueue* the kernels, not to run them — kept only to show its error
+  (0.01 s naive vs 0.32 s true for ResNet-50, batch 128, on a T4).
+- ``sync``: a host clock with ``torch.cuda.synchronize()`` before reading it: true, but each
+  iteration pays a host round trip.
+- ``events``: a pair of CUDA events per iteration, resolved once at the end: true, and no sync
+  inside the loop.
+
+On a CPU there is no asynchronous work: all three are the same host clock. The model is built
+as for training (:func:`sweeps.train.builder.build_model`: precision, ``channels_last``), and
+with ``compile=true`` compiled before the warm-up, which then absorbs the compilation.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from sweeps import names
+from sweeps.tasks.base import Task, register
+from sweeps.train.builder import build_model
+from sweeps.train.timing import synchronize
+
+MODES = names.TIMING_MODES
+
+
+def time_forward(model: nn.Module, x: torch.Tensor, mode: str, warmup: int, iters: int) -> dict:
+    """Time ``iters`` forward passes of ``model`` on the batch ``x`` after ``warmup`` untimed ones.
+
+    Returns:
+        ``times_ms`` (list, per iteration, ms), ``warmup_s`` (s, synchronized), ``wall_s`` (the
+        timed loop's wall time with a synchronize at its end, s).
+
+    Raises:
+        ValueError: unknown ``mode``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"timing.mode={mode!r} is unknown: use one of {', '.join(MODES)}")
+    device = x.device
+    cuda = device.type == "cuda"
+    model.eval()
+    with torch.inference_mode():
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(warmup):  # cuDNN autotuning, allocator growth, lazy init stay out
+            model(x)
+        synchronize(device)
+        warmup_s = time.perf_counter() - t0
+        times: list[float] = []
+        start = time.perf_counter()
+        if cuda and mode == "events":
+            pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(iters)]
+            for a, b in pairs:
+                a.record()
+                model(x)
+                b.record()
+            pairs[-1][1].synchronize()  # the one sync: after the loop
+            times = [a.elapsed_time(b) for a, b in pairs]
+        else:
+            for _ in range(iters):
+                t = time.perf_counter()
+                model(x)
+                if mode == "sync":
+                    synchronize(device)  # note: a CPU-GPU sync point on every iteration
+                times.append((time.perf_counter() - t) * 1e3)
+        synchronize(device)
+        wall_s = time.perf_counter() - start
+    return {"times_ms": times, "warmup_s": warmup_s, "wall_s": wall_s}
+
+
+def summarize(result: dict, batch: int) -> dict[str, float]:
+    """Median and spread of the per-iteration times (ms), throughput (samples/s, from the median)
+    and the times themselves (``infer/iter_ms``, a list)."""
+    t = sorted(result["times_ms"])
+    q = statistics.quantiles(t, n=10) if len(t) > 1 else [t[0]] * 9
+    median = statistics.median(t)
+    return {"infer/iter_ms": result["times_ms"], "infer/median_ms": median, "infer/mean_ms": statistics.fmean(t), "infer/min_ms": t[0],
+            "infer/p10_ms": q[0], "infer/p90_ms": q[-1], "infer/std_ms": statistics.pstdev(t),
+            "infer/wall_s": result["wall_s"], "time/warmup_s": result["warmup_s"],
+            "perf/samples_per_s": batch / (median / 1e3) if median > 0 else 0.0}
+
+
+def first_batch(dataset, batch: int, device: torch.device) -> torch.Tensor:
+    """``batch`` inputs from ``dataset`` (cycled when it is smaller), on ``device``."""
+    xs = [dataset[i % len(dataset)][0] for i in range(batch)]
+    return torch.stack(xs).to(device)
+
+
+@register
+class InferenceTask(Task):
+    """``task=inference``: :func:`time_forward` on one batch of the test set; logs the
+    ``infer/*`` summaries, ``infer/iter_ms`` per iteration, ``perf/samples_per_s``, ``time/warmup_s``."""
+
+    name = "inference"
+    settings = ("timing",)
+
+    def run(self, job, device: torch.device) -> None:
+        cfg, data = self.cfg, self.data
+        model, precision, channels_last = build_model(cfg, data.spec, device)
+        job.writer.log_metrics({names.PARAMS: sum(p.numel() for p in model.parameters())})
+        x = first_batch(data.test, data.batch, device)
+        if channels_last and x.dim() == 4:
+            x = x.contiguous(memory_format=torch.channels_last)
+        if cfg.compile:  # compiled on the first warm-up pass: the warm-up time includes it
+            model.compile(mode=cfg.compile_mode, dynamic=False)
+        with precision.autocast(device):  # bf16/fp16: every forward pass under autocast
+            stats = summarize(time_forward(model, x, cfg.timing.mode, cfg.timing.warmup, cfg.timing.iters), data.batch)
+        job.writer.log_series(names.INFER_ITER_MS, stats.pop(names.INFER_ITER_MS))
+        job.writer.log_metrics(stats)
+        job.log.info("inference, timing.mode=%s: median %.3f ms per batch of %d", cfg.timing.mode,
+                     stats[names.INFER_MEDIAN_MS], data.batch)

@@ -1,0 +1,57 @@
+"""``task=train``: timed training epochs, the study's main job.
+
+The training job comes from :func:`sweeps.train.builder.build` (the same for one device and for
+each rank of a data-parallel job); this module adds what happens around the epochs: FLOPs and
+MFU, compilation kept out of the timer, resume from a checkpoint, a checkpoint when one is due
+(outside the timed epoch), and the job-level summary.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from sweeps import names
+from sweeps.errors import Diverged
+from sweeps.models import count_parameters
+from sweeps.tasks.base import Task, register
+from sweeps.train import flops
+from sweeps.train.builder import build
+from sweeps.train.loop import summarize
+
+
+@register
+class TrainTask(Task):
+    """Train ``epochs`` epochs; one record per epoch to ``job.epochs`` (see
+    :meth:`sweeps.train.loop.Trainer.fit` for its keys)."""
+
+    name = "train"
+
+    def run(self, job, device: torch.device) -> None:
+        cfg, data = self.cfg, self.data
+        training = build(cfg, data, device, monitor=job.telemetry)
+        job.writer.log_metrics({names.PARAMS: count_parameters(training.model)})
+        with_perf = flops.tracker(job.writer, training.model, data.spec, device, cfg.precision.name)
+        if cfg.compile:  # compiled and warmed up here, out of the epoch times
+            job.writer.log_metrics({names.COMPILE_S: training.compile()})
+        start, elapsed = 1, 0.0
+        state = job.resume_state
+        if state is not None:
+            training.load_state_dict(state)
+            start, elapsed = state["epoch"] + 1, state.get("elapsed_s", 0.0)
+            job.log.info("resuming from the checkpoint of epoch %d", state["epoch"])
+
+        def after_epoch(rec: dict) -> None:  # outside the timed epoch: nothing here bends epoch times
+            with_perf(rec)
+            job.epochs.append(rec)
+            if not math.isfinite(rec[names.TRAIN_LOSS]):
+                raise Diverged(f"non-finite training loss ({rec[names.TRAIN_LOSS]}) in epoch {rec['epoch']}: "
+                               f"lower the learning rate (lr={data.lr:g})")
+            if job.checkpoints.due(rec["epoch"]):
+                job.checkpoints.save(rec["epoch"], {**training.state_dict(), "elapsed_s": rec[names.ELAPSED_S]})
+
+        training.trainer.fit(training.train_loader, training.test_loader, cfg.epochs, after_epoch,
+                             start_epoch=start, elapsed_s=elapsed, eval_every=cfg.eval.every_epochs)
+
+    def summarise(self, records: list[dict]) -> dict[str, float]:
+        return summarize(records, self.regression)

@@ -1,0 +1,7 @@
+"""Telemetry: a background sampler of the job's GPUs (NVML, through nvidia-ml-py) and host
+(psutil), summarised per epoch (clocks, utilisation, memory, power, energy), with the raw samples
+and a figure.
+
+Owns: :class:`~sweeps.telemetry.sampler.Telemetry`, :func:`~sweeps.telemetry.sampler.for_job`.
+Imports: psutil, nvidia-ml-py, matplotlib (figure only), :mod:`sweeps.names`; never training code.
+"""

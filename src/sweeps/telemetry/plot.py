@@ -1,0 +1,85 @@
+"""The telemetry figure of a job (PNG): the curves the reference study read from its GPU
+monitor's CSV — clocks, utilisation, memory, temperature, power — and the host's CPU % and RSS,
+over time, with the training epochs shaded. Host panels only where no GPU was sampled.
+
+Drawn with matplotlib's Agg canvas on a :class:`matplotlib.figure.Figure` (no pyplot, no display,
+no global state), so jobs that run one after another in one process do not share figures.
+"""
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from sweeps.telemetry.sampler import Telemetry
+
+# (y label, [(sample field, line label)]) per panel
+GPU_PANELS = [
+    ("GPU clock [MHz]", [("sm_clock_mhz", "SM"), ("mem_clock_mhz", "memory")]),
+    ("GPU utilisation [%]", [("util_pct", "")]),
+    ("GPU memory used [MB]", [("mem_used_mb", "")]),
+    ("GPU temperature [°C]", [("temp_c", "")]),
+    ("GPU power [W]", [("power_w", "")]),
+]
+HOST_PANELS = [
+    ("process CPU [%]", [("cpu_pct", "")]),  # 100 = one core
+    ("process RSS [MB]", [("rss_mb", "")]),
+]
+RATES = ("util_pct", "cpu_pct")  # a value describes the interval before its sample: drawn as steps
+
+
+def _lines(tel: "Telemetry", field: str, label: str) -> list[tuple[str, str, list, list]]:
+    """``[(legend label, field, t, values)]``: one line per GPU for a GPU field, one for a host field."""
+    out = []
+    for i, c in enumerate(tel.columns):
+        gpu = c.startswith("gpu") and c.split("_", 1)[1] == field
+        if c != field and not gpu:
+            continue
+        pts = [(r[0], r[i]) for r in tel.rows if r[i] is not None]
+        if pts:
+            name = " ".join(filter(None, [c.split("_", 1)[0] if gpu and len(tel.handles) > 1 else "", label]))
+            out.append((name, field, [t for t, _ in pts], [v for _, v in pts]))
+    return out
+
+
+def render(tel: "Telemetry", title: str = "") -> bytes:
+    """The figure as PNG bytes (empty when there are no samples)."""
+    if not tel.rows:
+        return b""
+    panels = []
+    for ylabel, fields in (GPU_PANELS if tel.handles else []) + HOST_PANELS:
+        lines = [line for f, label in fields for line in _lines(tel, f, label)]
+        if lines:
+            panels.append((ylabel, lines))
+    fig = Figure(figsize=(10, 1.7 * len(panels) + 0.8), dpi=100)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    edges = [(w.epoch, tel.rows[w.first][0], tel.rows[w.last][0]) for w in tel.windows]
+    for ax, (ylabel, lines) in zip(axes, panels):
+        for epoch, t0, t1 in edges:  # training epochs shaded, evaluation and setup left white
+            ax.axvspan(t0, t1, color="0.88" if epoch % 2 else "0.94", lw=0, zorder=0)
+            ax.axvline(t0, color="0.6", lw=0.6, zorder=1)
+        for name, field, t, v in lines:
+            ax.plot(t, v, lw=1.1, marker="." if len(t) < 40 else None, label=name or None, zorder=2,
+                    drawstyle="steps-pre" if field in RATES else "default")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if any(line[0] for line in lines):
+            ax.legend(loc="best", fontsize="small", framealpha=0.7)
+    top = axes[0]
+    if len(edges) <= 40:  # epoch numbers above the first panel
+        for epoch, t0, t1 in edges:
+            top.annotate(str(epoch), ((t0 + t1) / 2, 1.0), xycoords=("data", "axes fraction"),
+                         ha="center", va="bottom", fontsize="x-small", color="0.3")
+    axes[-1].set_xlabel("time since the sampler started [s]; shaded: training epochs (numbered)")
+    what = "GPU and host" if tel.handles else "host (no GPU sampled)"
+    title = title if len(title) <= 90 else title[:87] + "..."
+    fig.suptitle("\n".join(filter(None, [title, f"telemetry: {what}, every {tel.interval_s:g} s"])),
+                 fontsize="medium")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()

@@ -1,0 +1,260 @@
+"""GPU and host telemetry: a background sampler, per-epoch summaries, energy, the raw samples.
+
+GPU fields come from NVML through nvidia-ml-py (``import pynvml``, NVIDIA's bindings of the NVML C
+API, "Device Queries" in the NVML API reference), host fields from psutil;
+:mod:`sweeps.telemetry.nvml` gives each one's call and unit (MHz, %, MB, °C, W, J). No library,
+no driver or no GPU in use: GPU telemetry is off and the ``telemetry`` tag says why. A query a
+GPU does not support (``NVMLError_NotSupported``) drops that field only. Telemetry never fails a
+job.
+
+A thread samples every ``interval_s``; the trainer also takes a sample at each edge of a training
+epoch, where the device is synchronized, so each epoch window has exact ends and the energy
+counter is read with the GPU's queue empty. One summary per epoch, never a log call per sample.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import psutil
+
+from sweeps.telemetry import nvml as nvml_api
+from sweeps.telemetry.nvml import GPU_FIELDS, HOST_FIELDS, MB, PERMANENT, gpu_ids, nvml_problem, why
+from sweeps.telemetry.stats import energy, epoch_metrics, reasons_seen
+
+log = logging.getLogger("sweeps")
+META = ("t_s", "unix_s", "epoch", "mark")  # seconds since start, Unix time, training epoch, edge
+
+
+@dataclass
+class Window:
+    """One training epoch: rows ``first``..``last`` (its edge samples) of :attr:`Telemetry.rows`."""
+    epoch: int
+    first: int
+    last: int = -1
+    energy_j: float | None = None
+
+
+class Telemetry:
+    """Samples the GPUs ``gpus`` (NVML UUID strings or indices) and this process's host side.
+
+    ``interval_s`` ≤ 0 turns it off: every method is then a no-op. ``nvml`` is the NVML module
+    (default: nvidia-ml-py's ``pynvml``); ``clock`` the monotonic clock in seconds.
+    Lifecycle: :meth:`start`, per epoch :meth:`epoch_start` / :meth:`epoch_end`, :meth:`stop`,
+    then :meth:`summary`, :meth:`tags`, :meth:`csv`.
+    """
+
+    def __init__(self, interval_s: float, gpus: Sequence[int | str] = (), *, nvml: Any = None,
+                 clock: Callable[[], float] = time.monotonic, gpu_off_reason: str = "no GPU in use"):
+        self.interval_s, self.enabled = float(interval_s), interval_s > 0
+        self.gpu_ids, self.gpu_reason = list(gpus), gpu_off_reason
+        self._nvml, self._clock = nvml, clock
+        self.handles: list = []
+        self.names: list[str] = []
+        self.dropped: dict[tuple[int, str], str] = {}  # (gpu, field) → why
+        self._noted: set = set()
+        self.rows: list[tuple] = []
+        self.windows: list[Window] = []
+        self.columns: list[str] = []
+        self._open: Window | None = None
+        self._lock = threading.RLock()
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = self._stopped = self._nvml_open = False
+        self._energy_base: dict[int, float] = {}
+        self._methods: set[str] = set()  # how energy was measured: counter, power_integration
+
+    # lifecycle -------------------------------------------------------------------------------
+    def start(self) -> "Telemetry":
+        """Open NVML for the GPUs, take the first sample, start the sampler thread. Never raises."""
+        if not self.enabled or self._started:
+            return self
+        self._started = True
+        try:
+            self._open_gpus()
+            self._proc = psutil.Process()
+            self._proc.cpu_percent(None)  # the first call only sets the reference point
+            gpu_cols = [f"gpu{k}_{f}" for k in range(len(self.handles)) for f in GPU_FIELDS]
+            self.columns = [*META, *HOST_FIELDS, *gpu_cols]
+            self._t0 = self._clock()
+            self.sample("start")
+            self._thread = threading.Thread(target=self._run, name="sweeps-telemetry", daemon=True)
+            self._thread.start()
+        except Exception as e:  # telemetry never fails a job
+            self.enabled, self.gpu_reason = False, f"failed to start ({why(e)})"
+        log.info("telemetry: %s", self.tags()["telemetry"])
+        return self
+
+    def _open_gpus(self) -> None:
+        if not self.gpu_ids:
+            return
+        n = self._nvml = self._nvml or nvml_api.pynvml
+        try:
+            n.nvmlInit()
+        except Exception as e:  # NVMLError_LibraryNotFound (no driver), NVMLError_DriverNotLoaded, ...
+            self.gpu_reason = f"no NVML ({why(e)})" if n else "nvidia-ml-py is not installed"
+            return
+        self._nvml_open = True
+        for ident in self.gpu_ids:
+            try:
+                by_uuid = isinstance(ident, str)
+                h = n.nvmlDeviceGetHandleByUUID(ident) if by_uuid else n.nvmlDeviceGetHandleByIndex(ident)
+                name = n.nvmlDeviceGetName(h)
+            except Exception as e:
+                self.handles, self.names = [], []
+                self.gpu_reason = f"GPU {ident} not found in NVML ({why(e)})"
+                return
+            self.handles.append(h)
+            self.names.append(name.decode() if isinstance(name, bytes) else str(name))
+
+    def _run(self) -> None:
+        due = self._clock()
+        while True:  # on a fixed cadence; after a stall, one sample and on again (no burst)
+            due = max(due + self.interval_s, self._clock())
+            if self._halt.wait(max(0.0, due - self._clock())):
+                return
+            try:
+                self.sample()
+            except Exception as e:  # keep sampling; say so once
+                self._note(("sample", type(e)), f"telemetry: a sample failed ({why(e)})")
+
+    def stop(self) -> None:
+        """Stop the thread, take a last sample and close NVML. Idempotent; never raises."""
+        if not self._started or self._stopped:
+            return
+        self._stopped = True
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10 + self.interval_s)
+        try:
+            if self.enabled:
+                self.sample("stop")
+            if self._nvml_open:
+                self._nvml.nvmlShutdown()
+        except Exception as e:
+            log.info("telemetry: stopping: %s", why(e))
+
+    # sampling --------------------------------------------------------------------------------
+    def sample(self, mark: str = "") -> tuple:
+        """Take one sample now (any thread) and append it to :attr:`rows`."""
+        with self._lock:
+            p = self._proc
+            vm = psutil.virtual_memory()
+            row = [self._clock() - self._t0, time.time(), self._open.epoch if self._open else None, mark,
+                   p.cpu_percent(None) if mark != "start" else None,  # no interval before the first
+                   p.memory_info().rss / MB, (vm.total - vm.available) / MB]
+            for k, h in enumerate(self.handles):
+                row += [self._query(k, h, f, q) for f, q in GPU_FIELDS.items()]
+            self.rows.append(tuple(row))
+            return self.rows[-1]
+
+    def _query(self, k: int, h: Any, field: str, query: Callable) -> float | None:
+        if (k, field) in self.dropped:
+            return None
+        try:
+            v = query(self._nvml, h)
+        except Exception as e:
+            if type(e).__name__ in PERMANENT:
+                self.dropped[(k, field)] = type(e).__name__
+                log.info("telemetry: gpu%d %s is not available on %s (%s): left out", k, field, self.names[k],
+                         why(e))
+            else:  # a transient failure: this sample lacks the value
+                self._note((k, field, type(e)), f"telemetry: gpu{k} {field}: {why(e)}")
+            return None
+        if field == "energy_j":  # the counter runs since the driver loaded: count from our start
+            v -= self._energy_base.setdefault(k, v)
+        return v
+
+    def _note(self, key: Any, message: str) -> None:
+        if key not in self._noted:
+            self._noted.add(key)
+            log.info(message)
+
+    # epochs ----------------------------------------------------------------------------------
+    def epoch_start(self, epoch: int) -> None:
+        """Mark the start of training epoch ``epoch`` (call where the device is synchronized)."""
+        if not self.enabled or not self._started or self._stopped:
+            return
+        with self._lock:
+            self._open = Window(epoch, len(self.rows))
+            self.sample("epoch_start")
+
+    def epoch_end(self, epoch: int) -> dict[str, float]:
+        """Close the epoch (device synchronized); its summary metrics (``gpu/…``, ``host/…``)."""
+        if self._open is None or self._open.epoch != epoch or self._stopped:
+            return {}
+        with self._lock:
+            self.sample("epoch_end")
+            w, self._open = self._open, None
+            w.last = len(self.rows) - 1
+            rows = self.rows[w.first:w.last + 1]
+        self.windows.append(w)
+        out = epoch_metrics(rows, self.columns, len(self.handles))
+        w.energy_j, methods = energy(rows, self.columns, len(self.handles))
+        self._methods.update(methods)
+        if w.energy_j is not None:
+            out["gpu/energy_j"] = w.energy_j
+        return out
+
+    # results ---------------------------------------------------------------------------------
+    def summary(self, train_samples: int = 0) -> dict[str, float]:
+        """Job-level ``energy/total_j`` (all GPUs, start to stop: setup, training and evaluation),
+        ``energy/train_j`` (Σ of the epochs' ``gpu/energy_j``) and ``energy/j_per_sample``
+        (``energy/train_j`` ÷ ``train_samples``, the training examples of those epochs)."""
+        if not self.handles or not self.rows:
+            return {}
+        out = {}
+        total, methods = energy(self.rows, self.columns, len(self.handles))
+        self._methods.update(methods)
+        if total is not None:
+            out["energy/total_j"] = total
+        per_epoch = [w.energy_j for w in self.windows]
+        if per_epoch and None not in per_epoch:
+            out["energy/train_j"] = sum(per_epoch)
+            if train_samples > 0:
+                out["energy/j_per_sample"] = out["energy/train_j"] / train_samples
+        return out
+
+    def tags(self) -> dict[str, str]:
+        """``telemetry`` (what was sampled, or why not), ``telemetry.energy_method`` (``counter``,
+        ``power_integration``, both joined by ``+``, or ``none``) and ``telemetry.throttle_reasons``
+        (the clock-event reasons seen, see :data:`sweeps.telemetry.stats.REASONS`)."""
+        if not self.enabled:
+            why = self.gpu_reason if self._started else "telemetry.interval_s=0"
+            return {"telemetry": f"off ({why})"}
+        every = f"every {self.interval_s:g} s"
+        if not self.handles:
+            return {"telemetry": f"host only (psutil, {every}); GPU off: {self.gpu_reason}"}
+        text = f"GPU and host (NVML + psutil, {every}): {', '.join(self.names)}"
+        if self.dropped:
+            text += "; not supported: " + ", ".join(f"gpu{k} {f}" for k, f in sorted(self.dropped))
+        tags = {"telemetry": text, "telemetry.energy_method": "+".join(sorted(self._methods)) or "none"}
+        if any((k, "throttle_reasons") not in self.dropped for k in range(len(self.handles))):
+            tags["telemetry.throttle_reasons"] = reasons_seen(self.rows, self.columns) or "none"
+        return tags
+
+    def csv(self) -> str:
+        """The samples, one row each (fields a GPU does not support left out)."""
+        keep = [i for i, c in enumerate(self.columns)
+                if not (c.startswith("gpu") and (int(c[3:c.index("_")]), c[c.index("_") + 1:]) in self.dropped)]
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow([self.columns[i] for i in keep])
+        for row in self.rows:
+            w.writerow(["" if row[i] is None else (row[i] if isinstance(row[i], (int, str)) else round(row[i], 4))
+                        for i in keep])
+        return buf.getvalue()
+
+
+def for_job(interval_s: float, device: Any) -> Telemetry:
+    """A started sampler for a job on ``device``: its GPUs on CUDA, host only elsewhere."""
+    ids = gpu_ids(device)
+    reason = "" if ids else f"the job runs on {device.type}"
+    if not ids and interval_s > 0 and (problem := nvml_problem()):  # say why auto chose the CPU
+        reason += f"; {problem}"
+    return Telemetry(interval_s, ids, gpu_off_reason=reason).start()

@@ -1,0 +1,119 @@
+"""Summaries of telemetry samples: per-epoch means and maxima, energy, clock-event reasons.
+
+Pure functions of sample rows — tuples aligned with :attr:`sweeps.telemetry.sampler.Telemetry.columns`,
+time in seconds first, ``None`` where a sample lacks a value.
+
+Two kinds of mean. A *level* (clock, power, fan, memory) is read at the sample's instant; its mean
+over a window is the trapezoid integral divided by the window's length. A *rate* (process CPU %,
+GPU utilisation %) describes the interval that ends at the sample; its mean weights each sample by
+that interval, and the first sample of a window (which describes the time before it) is left out.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+# nvmlClocksEventReason* bits of nvmlDeviceGetCurrentClocksEventReasons (NVML API reference,
+# "Clocks Event Reasons"; pynvml exports the same values under those names).
+REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+           0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+           0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+SLOWDOWN = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # reasons that hold the clocks below what the load asks for
+
+# per-epoch metric: (sample column, how GPUs combine, statistic over the window)
+GPU_METRICS = {
+    "gpu/sm_clock_mhz": ("sm_clock_mhz", "mean", "level"),  # MHz, mean
+    "gpu/mem_clock_mhz": ("mem_clock_mhz", "mean", "level"),  # MHz, mean
+    "gpu/util_pct": ("util_pct", "mean", "rate"),  # %, mean
+    "gpu/mem_used_max_mb": ("mem_used_mb", "sum", "max"),  # MB, peak of all GPUs together
+    "gpu/temp_max_c": ("temp_c", "max", "max"),  # °C, hottest GPU's peak
+    "gpu/power_w": ("power_w", "sum", "level"),  # W, mean draw of all GPUs together
+    "gpu/fan_pct": ("fan_pct", "mean", "level"),  # %, mean
+    "gpu/throttle_frac": ("throttle_reasons", "slowdown", "share"),  # share of samples slowed down
+}
+HOST_METRICS = {
+    "host/cpu_pct": ("cpu_pct", "sum", "rate"),  # %, 100 = one core busy, mean
+    "host/rss_max_mb": ("rss_mb", "sum", "max"),  # MB, peak resident set of this process
+    "host/sys_mem_used_max_mb": ("sys_mem_used_mb", "sum", "max"),  # MB, peak in use machine-wide
+}
+
+
+def series(rows: Sequence[tuple], columns: Sequence[str], field: str, across: str = "mean") -> list[tuple]:
+    """``[(t_s, value)]`` of ``field`` (a host column, or a GPU field of every ``gpu<k>_`` column)
+    with the GPUs combined by ``across``: ``mean``, ``max``, ``sum`` (only when all GPUs have a
+    value) or ``slowdown`` (1.0 when any GPU's clock-event bitmask has a :data:`SLOWDOWN` bit)."""
+    idx = [i for i, c in enumerate(columns) if c == field or (c.startswith("gpu") and c.split("_", 1)[1] == field)]
+    out = []
+    for r in rows:
+        vals = [r[i] for i in idx if r[i] is not None]
+        if not vals or (across == "sum" and len(vals) < len(idx)):
+            continue
+        if across == "slowdown":
+            v = float(any(int(x) & SLOWDOWN for x in vals))
+        else:
+            v = {"mean": lambda: sum(vals) / len(vals), "max": lambda: max(vals), "sum": lambda: sum(vals)}[across]()
+        out.append((r[0], v))
+    return out
+
+
+def trapz(pts: Sequence[tuple]) -> float:
+    """∫ v dt over ``[(t, v)]`` by the trapezoid rule (W over s → J)."""
+    return sum((t1 - t0) * (a + b) / 2 for (t0, a), (t1, b) in zip(pts, pts[1:]))
+
+
+def statistic(pts: Sequence[tuple], how: str) -> float:
+    """``max``, ``share`` (plain mean of the samples), ``level`` or ``rate`` mean of ``pts``."""
+    values = [v for _, v in pts]
+    if how == "max":
+        return max(values)
+    if how == "level" and pts[-1][0] > pts[0][0]:
+        return trapz(pts) / (pts[-1][0] - pts[0][0])
+    if how == "rate" and len(pts) > 1:
+        spans = [(t1 - t0, v) for (t0, _), (t1, v) in zip(pts, pts[1:])]
+        total = sum(dt for dt, _ in spans)
+        return sum(dt * v for dt, v in spans) / total if total > 0 else values[-1]
+    return sum(values) / len(values)
+
+
+def epoch_metrics(rows: Sequence[tuple], columns: Sequence[str], gpus: int) -> dict[str, float]:
+    """The ``host/…`` and (with ``gpus`` > 0) ``gpu/…`` metrics of one window, see the tables
+    above; a metric whose field no sample of the window has is left out."""
+    out = {}
+    table = {**HOST_METRICS, **(GPU_METRICS if gpus else {})}
+    for name, (field, across, how) in table.items():
+        pts = series(rows, columns, field, across)
+        if pts:
+            out[name] = statistic(pts, how)
+    return out
+
+
+def energy(rows: Sequence[tuple], columns: Sequence[str], gpus: int) -> tuple[float | None, set[str]]:
+    """Energy of the window ``rows`` (its first and last sample are its edges) in J, summed over
+    the GPUs, and how it was measured: ``counter`` (difference of the NVML energy counter at the
+    edges) or, where a GPU has no counter, ``power_integration`` (mean power, trapezoid rule,
+    × the window's length). None when a GPU has neither."""
+    if not gpus or not rows:
+        return None, set()
+    total, methods = 0.0, set()
+    span = rows[-1][0] - rows[0][0]
+    for k in range(gpus):
+        e, p = columns.index(f"gpu{k}_energy_j"), columns.index(f"gpu{k}_power_w")
+        if rows[0][e] is not None and rows[-1][e] is not None:
+            total += rows[-1][e] - rows[0][e]
+            methods.add("counter")
+            continue
+        pts = [(r[0], r[p]) for r in rows if r[p] is not None]
+        if not pts:
+            return None, methods
+        total += statistic(pts, "level") * span
+        methods.add("power_integration")
+    return total, methods
+
+
+def reasons_seen(rows: Sequence[tuple], columns: Sequence[str]) -> str:
+    """The clock-event reasons any GPU reported in any sample, comma-separated ("" for none)."""
+    idx = [i for i, c in enumerate(columns) if c.endswith("_throttle_reasons")]
+    bits = 0
+    for r in rows:
+        for i in idx:
+            bits |= int(r[i] or 0)
+    return ", ".join(name for bit, name in REASONS.items() if bits & bit)

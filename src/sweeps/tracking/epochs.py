@@ -1,0 +1,96 @@
+"""A job's per-epoch records: an append-only journal, the run's metrics, and the console rows.
+
+Each record costs O(1) whatever the job's length: one JSON line appended to the journal (flushed
+to the OS, so it survives a killed process), one queued batch of metrics for the background
+MLflow writer, and at most one console row per ``log_every_s`` seconds (the first and last epoch
+are always shown). Nothing here touches the device or blocks on the store.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from sweeps.tracking.console import EpochTable
+
+log = logging.getLogger("sweeps")
+
+
+class EpochLog:
+    """Collects the records of one job.
+
+    Args:
+        writer: the run's :class:`~sweeps.tracking.writer.RunWriter` (metrics with a ``/`` in
+            their name are logged at step = ``record["epoch"]``), or None (no MLflow: a
+            data-parallel rank other than 0).
+        journal: the JSON-lines file to append to (created with its folder), or None.
+        regression: console columns for regression (RMSE) instead of accuracy.
+        log_every_s: the least time between two console rows (s); 0 prints every epoch.
+        last_epoch: the job's final epoch number (its row is always printed).
+        records: records already logged (a resumed job), kept but not logged again.
+    """
+
+    def __init__(self, writer, journal: Path | None, regression: bool, log_every_s: float = 0.0,
+                 last_epoch: int | None = None, records: list[dict] | None = None):
+        self.writer, self.table = writer, EpochTable(regression)
+        self.log_every_s, self.last_epoch = log_every_s, last_epoch
+        self.records: list[dict] = list(records or [])
+        self._printed_at: float | None = None
+        self._hidden = 0  # rows not printed since the last printed one
+        self._file = None
+        if journal is not None:
+            journal.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(journal, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+
+    def append(self, rec: dict) -> None:
+        """Record one epoch (see the module docstring)."""
+        self.records.append(rec)
+        if self._file is not None:
+            self._file.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            self._file.flush()
+        if self.writer is not None:
+            self.writer.log_metrics({k: v for k, v in rec.items() if "/" in k}, step=rec["epoch"])
+        self._console(rec)
+
+    def _console(self, rec: dict) -> None:
+        now = time.monotonic()
+        last = rec["epoch"] == self.last_epoch
+        if self._printed_at is not None and not last and now - self._printed_at < self.log_every_s:
+            self._hidden += 1
+            return
+        if self._printed_at is None:
+            log.info(self.table.header())
+        elif self._hidden:
+            log.info("  … %d epoch(s) not shown (at most one row per log_every_s=%g s; all in epochs.csv)",
+                     self._hidden, self.log_every_s)
+        self._printed_at, self._hidden = now, 0
+        log.info(self.table.row(rec))
+
+    def csv(self) -> str:
+        """Every record as CSV (the ``epochs.csv`` artifact)."""
+        return self.table.csv(self.records)
+
+    def close(self) -> None:
+        """Close the journal (idempotent)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_journal(path: Path, up_to_epoch: int | None = None) -> list[dict]:
+    """The records of a journal, oldest first, at most through epoch ``up_to_epoch``; a torn last
+    line (the process died while writing it) is ignored. A missing file gives ``[]``."""
+    out: list[dict] = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if up_to_epoch is None or rec.get("epoch", 0) <= up_to_epoch:
+            out.append(rec)
+    return out

@@ -1,0 +1,88 @@
+"""Resume: a stable hash per job config, what an earlier run of it left, and runs nobody closed.
+
+Re-running a sweep skips jobs whose hash already has a finished run (outcome ``ok`` or ``oom``) in
+the experiment; a job whose last run was killed goes on from its checkpoint in that same run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+from typing import Any
+
+from mlflow import MlflowClient
+from omegaconf import DictConfig, OmegaConf
+
+from sweeps import names
+from sweeps.names import DONE, HASH_TAG, HOST_TAG, PID_TAG, RESUMED_TAG  # noqa: F401 (re-exported)
+
+log = logging.getLogger("sweeps")
+
+# Keys that do not change what a job measures: where things are logged or stored, how the
+# console looks, and whether to resume. Everything else (num_workers too: it changes timings) counts.
+IGNORED = ("mlflow", "log_every_s", "telemetry", "resume", "checkpoint", "dataset.root",
+           "dataset.download", "dataset.if_missing")
+
+
+def config_hash(cfg: DictConfig, ignore: tuple[str, ...] = ()) -> str:
+    """16 hex digits of SHA-256 over the resolved config minus :data:`IGNORED` and ``ignore``
+    keys (sorted JSON)."""
+    data: Any = OmegaConf.to_container(cfg, resolve=True)
+    for key in (*IGNORED, *ignore):
+        node, *rest = key.split(".")
+        if rest:
+            data.get(node, {}).pop(rest[0], None)
+        else:
+            data.pop(node, None)
+    text = json.dumps(data, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def previous_run(client: MlflowClient, experiment_id: str, config_hash_: str):
+    """The newest earlier run of this config that is done (ok/oom) or resumable (killed), or None."""
+    runs = client.search_runs([experiment_id], f"tags.`{HASH_TAG}` = '{config_hash_}'",
+                              order_by=["attributes.start_time DESC"], max_results=50)
+    for run in runs:
+        outcome = run.data.tags.get(names.OUTCOME_TAG)
+        if outcome in DONE or outcome == names.KILLED:
+            return run
+    return None
+
+
+def owner_tags() -> dict[str, str]:
+    """Tags that say which process owns a run, so a later start can tell if it died."""
+    return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def mark_stale(client: MlflowClient, experiment_id: str) -> int:
+    """Close runs left RUNNING by a process of this host that no longer exists (SIGKILL, power
+    loss): status KILLED, ``outcome=killed``. Runs of other hosts are left alone. Returns the count."""
+    host = socket.gethostname()
+    stale = 0
+    for run in client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        if tags.get(HOST_TAG) != host or not tags.get(PID_TAG, "").isdigit():
+            continue
+        pid = int(tags[PID_TAG])
+        if pid == os.getpid() or _alive(pid):
+            continue
+        client.set_tag(run.info.run_id, names.OUTCOME_TAG, names.KILLED)
+        client.set_tag(run.info.run_id, names.ERROR_TAG,
+                       f"process {pid} on {host} ended without closing the run (SIGKILL or power loss)")
+        client.set_terminated(run.info.run_id, "KILLED")
+        stale += 1
+    if stale:
+        log.info("marked %d run(s) left RUNNING by dead processes as killed", stale)
+    return stale

@@ -1,0 +1,126 @@
+"""The MLflow store: where it is, opening it (and the experiment) safely, finding a sweep's runs.
+
+Everything goes through an explicit :class:`mlflow.MlflowClient` (no global "active run"), so
+jobs that run one after another in one process never inherit each other's state.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import requests
+from filelock import FileLock, Timeout
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+from omegaconf import DictConfig, OmegaConf
+from sqlalchemy.exc import SQLAlchemyError
+
+from sweeps import names
+from sweeps.errors import UsageError
+
+PARENT_RUN_ENV = "SWEEPS_PARENT_RUN_ID"  # set by the sweep callback, read by each job
+SWEPT_KEYS_ENV = "SWEEPS_SWEPT_KEYS"  # the keys a sweep varies, comma-separated (job names)
+SWEEP_URI_ENV = "SWEEPS_SWEEP_TRACKING_URI"  # the store holding the parent run
+
+for _name in ("alembic", "mlflow"):  # their INFO lines (DB migrations) would drown the epoch table
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+
+def tracking_uri(cfg: DictConfig) -> str:
+    """``mlflow.tracking_uri`` of ``cfg``, see :func:`resolve_uri`."""
+    return resolve_uri(cfg.mlflow.tracking_uri)
+
+
+def resolve_uri(explicit: str | None = None) -> str:
+    """``explicit``, else ``$MLFLOW_TRACKING_URI``, else sqlite in ./mlruns/mlflow.db.
+
+    Raises:
+        UsageError: the default ./mlruns directory cannot be created.
+    """
+    uri = explicit or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    mlruns = Path.cwd() / "mlruns"
+    try:
+        mlruns.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create {mlruns} ({e.strerror}): run from a writable directory or "
+                         "set mlflow.tracking_uri=sqlite:////writable/path/mlflow.db") from None
+    return f"sqlite:///{mlruns / 'mlflow.db'}"
+
+
+def prepare(cfg: DictConfig) -> tuple[MlflowClient, str]:
+    """Client for the store and the experiment id, creating DB and experiment if needed.
+
+    A brand-new sqlite DB migrated by several processes at once fails, so creation is serialized
+    by a lock file beside the DB; a tracking server is asked for ``/health`` first, so an
+    unreachable one fails in seconds instead of MLflow's minutes of retries.
+
+    Raises:
+        UsageError: the store cannot be opened or the server does not answer (one line).
+    """
+    uri = tracking_uri(cfg)
+    if uri.startswith(("http://", "https://")):
+        _check_server(uri)
+    try:
+        if uri.startswith("sqlite:///"):
+            with FileLock(uri[len("sqlite:///"):] + ".lock", timeout=120):
+                return _experiment(MlflowClient(uri), cfg.mlflow.experiment)
+        return _experiment(MlflowClient(uri), cfg.mlflow.experiment)
+    except (MlflowException, OSError, SQLAlchemyError, Timeout) as e:
+        detail = " ".join(str(e).split())[:200]
+        raise UsageError(f"cannot open the MLflow store {uri} ({type(e).__name__}: {detail}): check the path "
+                         "is writable or set mlflow.tracking_uri=...") from None
+
+
+def _check_server(uri: str, timeout_s: float = 5.0) -> None:
+    try:
+        requests.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
+    except requests.RequestException as e:
+        raise UsageError(f"the MLflow tracking server at {uri} does not answer ({type(e).__name__}); start it "
+                         "(mlflow server ...) or set mlflow.tracking_uri / MLFLOW_TRACKING_URI") from None
+
+
+def _experiment(client: MlflowClient, name: str) -> tuple[MlflowClient, str]:
+    exp = client.get_experiment_by_name(name)
+    if exp is not None:
+        return client, exp.experiment_id
+    try:
+        return client, client.create_experiment(name)
+    except MlflowException:  # another process created it between our lookup and create
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return client, exp.experiment_id
+
+
+def parent_run_id() -> str | None:
+    """The sweep's parent run id, when a sweep callback opened one in this process tree."""
+    return os.environ.get(PARENT_RUN_ENV) or None
+
+
+def flatten(cfg: DictConfig, skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """The resolved config as ``{dotted.key: str(value)}`` (lists kept whole, e.g. ``[64, 128]``),
+    without the top-level nodes ``skip``."""
+    out: dict[str, str] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+            return
+        out[prefix[:-1]] = str(node)[:MAX_PARAM_VAL_LENGTH]
+
+    data = OmegaConf.to_container(cfg, resolve=True)
+    walk({k: v for k, v in data.items() if k not in skip}, "")
+    return out
+
+
+def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> list:
+    """The job runs of a sweep, oldest first."""
+    return client.search_runs([experiment_id], f"tags.`{names.PARENT_RUN_TAG}` = '{parent_run_id}'",
+                              order_by=["attributes.start_time ASC"], max_results=10_000)
+

@@ -1,0 +1,106 @@
+"""The one place a training job is assembled from its config, for every device: model, precision,
+speed knobs, optimizer, schedule, loaders and the :class:`~sweeps.train.loop.Trainer`.
+
+Single-device jobs and every rank of a data-parallel job (``device=ddp``) go through
+:func:`build`, so an option (``dataset.num_workers``, ``optimizer.impl``, ``channels_last``,
+``compile``, ``deterministic``, ``dataset.loader``) means the same thing everywhere.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+from torch import nn
+from torch.utils.data import Dataset
+
+from sweeps.data import DataSpec, default_workers, device_loaders, make_loaders
+from sweeps.train import distributed
+from sweeps.train.checkpoint import rng_state, set_rng_state
+from sweeps.train.loop import Trainer
+from sweeps.train.optim import make_optimizer, make_schedule, optimizer_kwargs
+from sweeps.train.precision import Precision, apply_precision, set_determinism
+from sweeps.train.speed import compile_and_warm, use_channels_last
+
+
+@dataclass
+class JobData:
+    """What a job trains on: the two datasets, their :class:`DataSpec`, the global batch size
+    (examples per optimizer step, all ranks together) and the learning rate scaled for it."""
+
+    train: Dataset
+    test: Dataset
+    spec: DataSpec
+    batch: int
+    lr: float
+
+
+def build_model(cfg: DictConfig, spec: DataSpec, device: torch.device) -> tuple[nn.Module, Precision, bool]:
+    """The model of ``cfg.model`` for ``spec`` on ``device``, seeded by ``cfg.seed``, with the
+    precision and determinism switches set.
+
+    Returns:
+        ``(model, precision, channels_last)`` — ``channels_last`` is True when the model was
+        converted to NHWC (only models with a ``Conv2d`` are).
+
+    Raises:
+        UsageError: unknown precision. DeviceUnavailable: the device cannot run it.
+    """
+    precision = apply_precision(cfg.precision, device)
+    set_determinism(cfg.deterministic)
+    torch.manual_seed(cfg.seed)  # every rank the same initial weights (DDP also broadcasts rank 0's)
+    model = instantiate(cfg.model, in_shape=spec.in_shape, num_outputs=spec.num_outputs).to(device)
+    channels_last = bool(cfg.channels_last) and use_channels_last(model)
+    return model, precision, channels_last
+
+
+@dataclass
+class Training:
+    """A ready training job: the trainer, its loaders, and the model it was built around."""
+
+    trainer: Trainer
+    train_loader: Any
+    test_loader: Any
+    model: nn.Module  # the bare model (FLOP counting); the trainer may hold it wrapped (DDP)
+    cfg: DictConfig
+
+    def compile(self) -> float:
+        """``torch.compile`` and warm up every batch shape before the first epoch; seconds spent
+        (``time/compile_s``), kept out of the epoch times."""
+        return compile_and_warm(self.trainer, self.train_loader, self.test_loader, self.cfg.compile_mode)
+
+    def state_dict(self) -> dict:
+        """What a checkpoint needs: trainer state and every RNG (the loader's shuffle included)."""
+        return {**self.trainer.state_dict(), "rng": rng_state(self.train_loader)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` saved."""
+        self.trainer.load_state_dict(state)
+        set_rng_state(state["rng"], self.train_loader)
+
+
+def build(cfg: DictConfig, data: JobData, device: torch.device, monitor=None) -> Training:
+    """Assemble the training job ``cfg`` describes on ``device``.
+
+    Under an initialised process group (a ``device=ddp`` rank) the model is wrapped in
+    :class:`~torch.nn.parallel.DistributedDataParallel` and each rank loads ``batch / world``
+    examples per step from its own shard (see :mod:`sweeps.train.distributed`).
+
+    Raises:
+        UsageError: an option this data or device cannot take (e.g. ``dataset.loader=device``
+            with files to decode).
+    """
+    model, precision, channels_last = build_model(cfg, data.spec, device)
+    net = distributed.wrap(model, device)  # the model itself outside a process group
+    impl = optimizer_kwargs(cfg.optimizer.impl, device, precision.scaled)
+    optimizer = make_optimizer(cfg.optimizer, net.parameters(), data.lr, **impl)
+    trainer = Trainer(net, data.spec, optimizer, make_schedule(cfg.schedule, optimizer, cfg.epochs), device,
+                      cfg.log_every_s, monitor=monitor, precision=precision, channels_last=channels_last)
+    if cfg.dataset.loader == "device":
+        loaders = device_loaders(data.train, data.test, data.batch, device, cfg.dataset.augment, cfg.seed)
+    else:
+        loaders = make_loaders(data.train, data.test, data.batch, device, default_workers(cfg.dataset, device), cfg.seed)
+    train_loader, test_loader = distributed.shard(loaders, data.batch)
+    return Training(trainer, train_loader, test_loader, model, cfg)

@@ -1,0 +1,107 @@
+"""Checkpoints: everything a killed job needs to go on where it stopped.
+
+One file per saved epoch (``epoch_0007.pt``) in the run's own folder
+(``checkpoint.dir/<config hash>/<run id>/``), of constant size — model, optimizer, schedule, loss
+scaler and RNG states; the per-epoch records live in the run's journal beside it — written
+atomically (a temp file in the same folder, then ``os.replace``: a reader never sees half a
+file), the newest ``keep`` kept. A corrupt file is reported in one line and the previous one is
+tried, then a fresh start.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+log = logging.getLogger("sweeps")
+
+
+def rng_state(loader=None) -> dict:
+    """RNG states of torch (CPU and every CUDA device), Python, NumPy and the loader's shuffle."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if getattr(loader, "generator", None) is not None:
+        state["loader"] = loader.generator.get_state()
+    return state
+
+
+def set_rng_state(state: dict, loader=None) -> None:
+    """Restore what :func:`rng_state` saved."""
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "loader" in state and getattr(loader, "generator", None) is not None:
+        loader.generator.set_state(state["loader"])
+
+
+class Checkpoints:
+    """The checkpoints of one run.
+
+    Args:
+        directory: the run's folder (created on the first save).
+        every_epochs: save after every N-th epoch (0: not by epoch count).
+        keep: how many of the newest files to keep.
+        every_s: save when at least this many seconds (wall clock) passed since the last save or
+            since this object was made (0: not by time). A checkpoint is due when either says so.
+    """
+
+    def __init__(self, directory: Path, every_epochs: int, keep: int = 2, every_s: float = 0.0):
+        self.directory, self.every_epochs, self.keep = Path(directory), every_epochs, max(1, keep)
+        self.every_s, self._saved_at = every_s, time.monotonic()
+
+    def due(self, epoch: int) -> bool:
+        """Whether to save after ``epoch`` (O(1): a clock read and a modulo)."""
+        if self.every_epochs > 0 and epoch % self.every_epochs == 0:
+            return True
+        return self.every_s > 0 and time.monotonic() - self._saved_at >= self.every_s
+
+    def files(self) -> list[Path]:
+        """Saved checkpoints, oldest first."""
+        return sorted(self.directory.glob("epoch_*.pt")) if self.directory.is_dir() else []
+
+    def save(self, epoch: int, state: dict) -> Path:
+        """Write ``state`` (``torch.save``-able) for ``epoch`` atomically; prune old files."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        final = self.directory / f"epoch_{epoch:04d}.pt"
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".pt")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save({**state, "epoch": epoch}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        for old in self.files()[:-self.keep]:
+            old.unlink(missing_ok=True)
+        self._saved_at = time.monotonic()
+        return final
+
+    def load_latest(self) -> dict | None:
+        """The newest readable checkpoint (``epoch`` key included), or None.
+
+        A file that fails to load is reported in one warning line and the next older one is tried.
+        """
+        for path in reversed(self.files()):
+            try:
+                # weights_only=False: the state holds RNG states (our own files)
+                return torch.load(path, map_location="cpu", weights_only=False)
+            except Exception as e:  # truncated, corrupt, or from an incompatible version
+                log.warning("checkpoint %s is unreadable (%s: %s); trying an older one", path,
+                            type(e).__name__, " ".join(str(e).split())[:200])
+        return None
+
+    def clear(self) -> None:
+        """Remove the run's folder: checkpoints and journal (once it ended ok or oom they serve no resume)."""
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -1,0 +1,180 @@
+"""The training loop: epochs of timed steps, evaluation timed apart, one record per epoch.
+
+Nothing inside a step reads a value back to the host: loss and accuracy are summed on the device
+and read once per epoch, and the phase timer records events without synchronizing.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Callable
+
+import psutil
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from sweeps.data import DataSpec
+from sweeps.train.precision import Precision
+from sweeps.train.timing import PHASES, PhaseTimer, synchronize, wall_clock
+
+
+class Trainer:
+    """Trains ``model`` on ``train_loader`` for ``epochs``, evaluating on ``test_loader`` after each.
+
+    Per epoch it calls ``on_epoch(record)`` with a dict of the contract's metric names (units in
+    the name: ``_s`` seconds, ``_ms`` milliseconds per iteration) — see :meth:`fit`. A ``monitor``
+    (e.g. :class:`sweeps.telemetry.sampler.Telemetry`) is told the edges of each training pass, where the
+    device is synchronized, and its ``epoch_end`` metrics join the record.
+    """
+
+    def __init__(self, model: nn.Module, spec: DataSpec, optimizer, schedule, device: torch.device,
+                 progress_after_s: float = 2.0, monitor=None, precision: Precision | None = None,
+                 channels_last: bool = False):
+        self.model, self.spec, self.device = model, spec, device
+        self.precision = precision or Precision()  # autocast dtype and loss scaling (sweeps.train.precision)
+        self.scaler = self.precision.grad_scaler(device)  # disabled (pass-through) unless fp16
+        self.channels_last = channels_last  # NHWC image batches for a channels_last model
+        self.optimizer, self.schedule = optimizer, schedule
+        self.regression = spec.task == "regression"
+        self.loss_fn = nn.MSELoss() if self.regression else nn.CrossEntropyLoss()
+        self.timer = PhaseTimer(device)
+        self.progress_after_s = progress_after_s
+        self.monitor = monitor  # epoch_start(epoch), epoch_end(epoch) -> {metric: value}
+
+    def train_epoch(self, loader: DataLoader, desc: str) -> dict[str, float]:
+        """One pass over ``loader``; returns train loss/acc, phase times and the sample count."""
+        model, dev, timer = self.model, self.device, self.timer
+        model.train()
+        loss_sum = torch.zeros((), device=dev)
+        correct = torch.zeros((), device=dev, dtype=torch.long)
+        seen = 0
+        bar = tqdm(loader, desc=desc, leave=False, delay=self.progress_after_s, disable=None)
+        timer.start()
+        for x, y in bar:
+            x, y = self._input(x), y.to(dev, non_blocking=True)
+            timer.mark()  # data: waiting for the batch, and its copy to the device
+            with self.precision.autocast(dev):
+                out = model(x)
+                loss = self.loss_fn(out, y)
+            loss_sum += loss.detach() * len(x)
+            if not self.regression:
+                correct += (out.detach().argmax(1) == y).sum()
+            seen += len(x)
+            timer.mark()  # forward (and the running loss/accuracy sums)
+            self.scaler.scale(loss).backward()  # fp32/bf16: the scaler is disabled and passes loss through
+            timer.mark()  # backward
+            self.scaler.step(self.optimizer)  # optimizer.step(), skipped by fp16 scaling on inf/NaN
+            self.scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+            timer.mark()  # optimizer
+        bar.close()
+        phases = timer.summary()  # the one synchronize of the epoch (CUDA)
+        out = {"train/loss": loss_sum.item() / max(seen, 1), "samples": seen,
+               "phase/sum_s": phases["total_ms"] / 1e3, "steps": phases["steps"]}
+        if not self.regression:
+            out["train/acc"] = correct.item() / max(seen, 1)
+        out.update({f"phase/{p}_ms": phases[p] for p in PHASES})
+        return out
+
+    @torch.no_grad()
+    def evaluate(self, loader: DataLoader) -> dict[str, float]:
+        """Test loss and accuracy (classification) or RMSE in target units (regression)."""
+        self.model.eval()
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device, dtype=torch.long)
+        seen = 0
+        for x, y in loader:
+            x, y = self._input(x), y.to(self.device, non_blocking=True)
+            with self.precision.autocast(self.device):
+                out = self.model(x)
+                loss_sum += self.loss_fn(out, y).float() * len(x)
+            if not self.regression:
+                correct += (out.argmax(1) == y).sum()
+            seen += len(x)
+        loss = loss_sum.item() / max(seen, 1)
+        if self.regression:  # MSE is on the standardised target; RMSE back in target units
+            return {"test/loss": loss, "test/rmse": math.sqrt(loss) * self.spec.target_scale}
+        return {"test/loss": loss, "test/acc": correct.item() / max(seen, 1)}
+
+    def _input(self, x: torch.Tensor) -> torch.Tensor:
+        """A batch on the device (no-op for device-resident data), NHWC when channels_last."""
+        if self.channels_last and x.dim() == 4:
+            return x.to(self.device, non_blocking=True, memory_format=torch.channels_last)
+        return x.to(self.device, non_blocking=True)
+
+    def state_dict(self) -> dict:
+        """Model, optimizer, schedule and loss-scaler state (for a checkpoint)."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "schedule": self.schedule.state_dict(), "scaler": self.scaler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` saved."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        if state.get("scaler"):  # fp16: the loss scale goes on where it was
+            self.scaler.load_state_dict(state["scaler"])
+
+    def fit(self, train_loader: DataLoader, test_loader: DataLoader, epochs: int,
+            on_epoch: Callable[[dict], None], start_epoch: int = 1, elapsed_s: float = 0.0,
+            eval_every: int = 1) -> None:
+        """Run epochs ``start_epoch``..``epochs`` (a resumed job starts past its checkpoint, with
+        ``elapsed_s`` already spent), calling ``on_epoch(record)`` after each.
+
+        Each record has ``epoch`` (from 1), ``time/epoch_s`` (training pass, wall clock synchronized
+        at both edges), ``time/eval_s``, ``time/elapsed_s`` (since fit started), ``phase/sum_s``
+        (Σ phase times, to compare with the epoch time), ``phase/{data,forward,backward,optimizer}_ms``
+        (mean per iteration), ``perf/samples_per_s``, ``train/lr``, ``train/loss``, ``train/acc``,
+        ``mem/epoch_peak_mb``, the monitor's metrics for the training pass, and the test metrics of
+        :meth:`evaluate` on epochs that evaluate: every ``eval_every``-th and the last
+        (``time/eval_s`` is 0 on the others).
+        """
+        synchronize(self.device)
+        t0 = time.perf_counter() - elapsed_s
+        peak_rss, process = 0, psutil.Process()
+        for epoch in range(start_epoch, epochs + 1):
+            lr = self.optimizer.param_groups[0]["lr"]
+            if self.monitor is not None:  # the device is idle here: the last evaluation (or fit) ended synchronized
+                self.monitor.epoch_start(epoch)
+            with wall_clock(self.device) as train_clock:
+                rec = self.train_epoch(train_loader, f"epoch {epoch}/{epochs}")
+            if self.monitor is not None:  # outside the timed block, after its closing synchronize
+                rec.update(self.monitor.epoch_end(epoch))
+            eval_s = 0.0
+            if epoch % max(1, eval_every) == 0 or epoch == epochs:
+                with wall_clock(self.device) as eval_clock:
+                    rec.update(self.evaluate(test_loader))
+                eval_s = eval_clock["s"]
+            self.schedule.step()
+            rec.update({"epoch": epoch, "train/lr": lr, "time/epoch_s": train_clock["s"],
+                        "time/eval_s": eval_s, "time/elapsed_s": time.perf_counter() - t0,
+                        "perf/samples_per_s": rec["samples"] / train_clock["s"]})
+            peak_rss = max(peak_rss, process.memory_info().rss)
+            rec["mem/epoch_peak_mb"] = self.peak_memory_mb(peak_rss)
+            on_epoch(rec)
+
+    def peak_memory_mb(self, peak_rss: int) -> float:
+        """CUDA: peak allocated by tensors on the device (MB); CPU: process RSS, sampled at epoch ends."""
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        return peak_rss / 2**20
+
+
+def summarize(records: list[dict], regression: bool) -> dict[str, float]:
+    """Job-level metrics from the per-epoch records (``time/median_epoch_s`` needs ≥ 2 epochs:
+    the first epoch carries warm-up — cuDNN autotuning, allocator growth, worker start)."""
+    if not records:
+        return {}
+    times = [r["time/epoch_s"] for r in records]
+    last = records[-1]
+    out = {"time/first_epoch_s": times[0], "time/total_s": last["time/elapsed_s"],
+           "mem/peak_mb": max(r["mem/epoch_peak_mb"] for r in records)}
+    if len(times) > 1:
+        out["time/median_epoch_s"] = statistics.median(times[1:])
+    evaluated = [r for r in records if ("test/rmse" if regression else "test/acc") in r]
+    if evaluated:
+        out["test/final_rmse" if regression else "test/final_acc"] = evaluated[-1]["test/rmse" if regression else "test/acc"]
+    return out

@@ -1,0 +1,80 @@
+"""Speed knobs of a training job: ``channels_last`` and ``torch.compile`` with its warm-up kept
+out of the epoch times (the optimizer implementation is in :mod:`sweeps.train.optim`).
+
+- ``channels_last``: NHWC memory format for convolutional models (what cuDNN's tensor-core
+  kernels read natively; PyTorch tutorial "Channels Last Memory Format"); models without a
+  ``Conv2d`` are left as they are.
+- ``compile``: :meth:`torch.nn.Module.compile` in place (so ``state_dict`` keys do not change),
+  static shapes. Every batch shape a job will use (full and remainder batch, training and
+  evaluation) is compiled before the first epoch by running those steps once on random inputs;
+  model, optimizer, loss scale and RNG states are restored afterwards, so the warm-up does not
+  change the training — it only moves compilation out of the timer (``time/compile_s``).
+"""
+from __future__ import annotations
+
+import copy
+import logging
+
+import torch
+from torch import nn
+
+from sweeps.names import COMPILE_MODES
+from sweeps.train.timing import wall_clock
+
+log = logging.getLogger("sweeps")
+
+
+
+def use_channels_last(model: nn.Module) -> bool:
+    """Convert a convolutional ``model`` to channels_last in place; False (and no change) for a
+    model without ``Conv2d`` layers, where the format means nothing."""
+    if not any(isinstance(m, nn.Conv2d) for m in model.modules()):
+        log.info("channels_last ignored: the model has no Conv2d layer")
+        return False
+    model.to(memory_format=torch.channels_last)
+    return True
+
+
+def batch_sizes(loader) -> list[int]:
+    """The distinct batch sizes ``loader`` yields: the full batch and the remainder, if any."""
+    n = getattr(loader, "n", None) or len(loader.dataset)
+    b = min(loader.batch_size, n)
+    return [b] + ([n % b] if n % b else [])
+
+
+def random_batch(spec, size: int, device: torch.device):
+    """``(x, y)``: ``size`` random inputs of ``spec.in_shape`` and targets (classes or values) on ``device``."""
+    x = torch.randn(size, *spec.in_shape, device=device)
+    if spec.task == "regression":
+        return x, torch.randn(size, spec.num_outputs, device=device)
+    return x, torch.randint(0, spec.num_outputs, (size,), device=device)
+
+
+def compile_and_warm(trainer, train_loader, test_loader, mode: str = "default", backend: str = "inductor") -> float:
+    """Compile ``trainer.model`` in place and run one training step and one evaluation batch at
+    every batch shape of the two loaders, then restore every state the steps touched.
+    ``backend``: torch.compile's (``inductor`` generates Triton/C++ kernels; tests use ``aot_eager``).
+
+    Returns:
+        seconds spent (wall clock, device synchronized at both ends): compilation plus the
+        warm-up steps — ``time/compile_s``.
+    """
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile_mode={mode!r} is unknown: use one of {', '.join(COMPILE_MODES)}")
+    model, optimizer, device = trainer.model, trainer.optimizer, trainer.device
+    saved_model = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+    saved_optimizer = copy.deepcopy(optimizer.state_dict())
+    with wall_clock(device) as clock:
+        model.compile(mode=mode, dynamic=False, backend=backend)
+        cuda = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda):
+            train = [random_batch(trainer.spec, b, device) for b in batch_sizes(train_loader)]
+            test = [random_batch(trainer.spec, b, device) for b in batch_sizes(test_loader)]
+            trainer.train_epoch(train, "compile")
+            trainer.evaluate(test)
+    model.load_state_dict(saved_model)  # copies into the same parameters: the compiled graphs stay valid
+    optimizer.load_state_dict(saved_optimizer)
+    trainer.scaler = trainer.precision.grad_scaler(device)  # a fresh loss scale, as before the warm-up
+    log.info("compiled (mode %s) and warmed up %d training and %d evaluation shapes in %.1f s", mode,
+             len(train), len(test), clock["s"])
+    return clock["s"]

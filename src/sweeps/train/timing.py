@@ -1,0 +1,99 @@
+"""The timing core: per-iteration phase times without a host sync inside a step.
+
+A training step is cut into four phases at five marks::
+
+    mark ─data─► mark ─forward─► mark ─backward─► mark ─optimizer─► mark (= next step's first)
+
+On CUDA each mark is a recorded ``torch.cuda.Event`` (recording does not block the host); all
+events of an epoch are resolved with one synchronize when the epoch ends. The interval between
+two events is GPU-timeline time, so ``data`` is how long the GPU waited for the next batch (host
+loading + host-to-device copy) — the number that says whether the input pipeline is the
+bottleneck. On CPU each mark is ``time.perf_counter()``.
+
+Because consecutive phases share their marks, Σ phases equals the time from the epoch's first mark
+to its last: compared with the epoch wall time (synchronized at both edges) any gap shows.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from sweeps.names import PHASES
+
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for all queued work on ``device`` (no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class PhaseTimer:
+    """Collects phase marks for one epoch and turns them into mean per-iteration times.
+
+    Usage per epoch: :meth:`start` once, then per step :meth:`mark` after each phase (4 marks
+    a step, in the order of :data:`PHASES`), then :meth:`summary`.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self._events: list = []  # CUDA: a pool of events reused epoch after epoch
+        self._marks: list = []  # CPU: perf_counter values; CUDA: events recorded this epoch
+        self._n = 0
+
+    def start(self) -> None:
+        """Open an epoch: the first mark."""
+        self._n = 0
+        self._marks = []
+        self.mark()
+
+    def mark(self) -> None:
+        """Close the current phase. Never synchronizes."""
+        if self.cuda:
+            if self._n == len(self._events):
+                self._events.append(torch.cuda.Event(enable_timing=True))
+            event = self._events[self._n]
+            event.record()
+            self._marks.append(event)
+        else:
+            self._marks.append(time.perf_counter())
+        self._n += 1
+
+    def summary(self) -> dict[str, float]:
+        """Resolve the epoch's marks (one synchronize on CUDA).
+
+        Returns:
+            ``{phase: mean ms per iteration}`` for the four phases, plus ``steps`` (count) and
+            ``total_ms`` (Σ phases over the epoch, ms).
+        """
+        n_steps = (len(self._marks) - 1) // len(PHASES)
+        if n_steps == 0:
+            return {**{p: 0.0 for p in PHASES}, "steps": 0, "total_ms": 0.0}
+        if self.cuda:
+            self._marks[-1].synchronize()
+            deltas = [a.elapsed_time(b) for a, b in zip(self._marks, self._marks[1:])]
+        else:
+            deltas = [(b - a) * 1e3 for a, b in zip(self._marks, self._marks[1:])]
+        sums = [sum(deltas[i::len(PHASES)]) for i in range(len(PHASES))]
+        out = {p: s / n_steps for p, s in zip(PHASES, sums)}
+        return {**out, "steps": n_steps, "total_ms": sum(sums)}
+
+
+@contextmanager
+def wall_clock(device: torch.device) -> Iterator[dict]:
+    """Wall time of a block with the device synchronized at both edges.
+
+    Yields a dict whose ``s`` key holds the elapsed seconds once the block exits.
+    """
+    synchronize(device)
+    out = {"s": 0.0}
+    t0 = time.perf_counter()
+    try:
+        yield out
+    finally:
+        synchronize(device)
+        out["s"] = time.perf_counter() - t0

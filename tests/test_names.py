@@ -1,0 +1,45 @@
+"""The names module is the one list of what users type and read: the README and conf/ agree with it."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from sweeps import names
+
+REPO = Path(__file__).resolve().parents[1]
+METRIC = re.compile(r"`((?:time|train|test|phase|perf|mem|gpu|host|energy|infer|max_batch|model)/[a-z0-9_]+)`")
+
+
+def test_readme_lists_exactly_the_metrics_of_the_names_module():
+    readme = (REPO / "README.md").read_text()
+    in_readme = set(METRIC.findall(readme))
+    assert in_readme - names.ALL_METRICS == set(), "README names metrics the names module lacks"
+    assert names.ALL_METRICS - in_readme - {names.BATCH_SIZE, names.LR, names.WORLD_SIZE} == set(), \
+        "the names module has metrics the README does not document"
+    for plain in (names.BATCH_SIZE, names.LR, names.WORLD_SIZE):
+        assert f"`{plain}`" in readme
+
+
+def test_readme_lists_every_outcome():
+    readme = (REPO / "README.md").read_text()
+    for outcome in names.OUTCOMES:
+        assert f"`{outcome}`" in readme, outcome
+
+
+def test_config_groups_offer_exactly_the_options_of_the_names_module():
+    for group, options in names.GROUP_OPTIONS.items():
+        if group == "task":  # a key, not a group: its options are the modules of sweeps.tasks
+            tasks_dir = REPO / "src" / "sweeps" / "tasks"
+            assert {p.stem for p in tasks_dir.glob("*.py")} - {"__init__", "base"} == set(options)
+            continue
+        assert {p.stem for p in (REPO / "conf" / group).glob("*.yaml")} == set(options), group
+
+
+def test_no_metric_is_both_a_per_epoch_series_and_a_summary():
+    assert set(names.EPOCH_METRICS) & set(names.SUMMARY_METRICS) == {names.SAMPLES_PER_S}  # inference jobs only
+    assert names.PEAK_MB not in names.EPOCH_METRICS
+
+
+def test_the_names_module_loads_without_torch():
+    code = "import sys, sweeps.names; assert 'torch' not in sys.modules, 'torch loaded'"
+    subprocess.run([sys.executable, "-c", code], check=True)
