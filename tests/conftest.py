@@ -48,3 +48,28 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"{SHARED_DATA} not present (it sits beside the repo on dev and CI machines)")
     return SHARED_DATA
+
+
+def compose(overrides: list[str]):
+    """The real config composed in-process with Hydra's compose API (no subprocess): the project's
+    conf/ plus the test models of tests/conf (``TEST_CONF``-style search path)."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    import sweeps.config
+
+    sweeps.config.register()
+    with initialize_config_dir(version_base="1.3", config_dir=str(sweeps.config.CONF_DIR)):
+        return hydra_compose("config", overrides=[o for o in overrides if not o.startswith("hydra.searchpath")]
+                             + [f"hydra.searchpath=[file://{TESTS / 'conf'}]"])
+
+
+@pytest.fixture
+def in_process(tmp_path, monkeypatch):
+    """Run one job in-process as ``python -m sweeps`` (no ``-m``) would, in ``tmp_path`` (its
+    ./mlruns store and ./checkpoints): ``in_process(overrides) -> outcome``."""
+    from sweeps.launch import job
+
+    monkeypatch.chdir(tmp_path)
+    for key in [k for k in os.environ if k.startswith(("MLFLOW_", "SWEEPS_"))]:
+        monkeypatch.delenv(key)
+    return lambda overrides: job.run(compose(overrides))

@@ -1,14 +1,22 @@
-"""Composition of every option of every group, presets, and the lr scaling rule."""
+"""Composition of every option of every group, presets (every job of their sweeps), per-option
+schemas (what a run logs and hashes), typos and wrong types, and the lr scaling rule."""
 from __future__ import annotations
 
+import copy
+import dataclasses
+import itertools
 import math
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf, open_dict
 
-from sweeps import config
+from sweeps import config, names
+from sweeps.config.options import OPTION_SCHEMAS
 from sweeps.errors import UsageError
+from sweeps.tracking.resume import config_hash
+from sweeps.tracking.store import flatten
 
 config.register()
 GROUPS = sorted(p.name for p in config.CONF_DIR.iterdir() if p.is_dir())
@@ -31,7 +39,103 @@ def test_every_option_composes(group, option):
     cfg = _compose([f"+{group}={option}" if added else f"{group}={option}"])
     if not added:
         assert cfg[group] is not None
+    if group in OPTION_SCHEMAS:  # the YAML extends schema/<group>/<option>: its own fields, no others
+        schema = OPTION_SCHEMAS[group][option]
+        assert OmegaConf.get_type(cfg[group]) is schema
+        assert set(cfg[group]) == {f.name for f in dataclasses.fields(schema)}  # what a run logs under group.
     OmegaConf.to_container(cfg, resolve=False)  # the whole tree is well formed
+
+
+@pytest.mark.parametrize("group", sorted(OPTION_SCHEMAS))
+def test_every_option_has_a_schema_and_every_schema_an_option(group):
+    files = {f.stem for f in (config.CONF_DIR / group).glob("*.yaml")}
+    assert files == set(OPTION_SCHEMAS[group]) == set(names.GROUP_OPTIONS[group])
+
+
+def _preset_jobs():
+    """``(preset, overrides)`` for every job of every preset's own sweep (``hydra.sweeper.params``:
+    plain comma-separated choices, as the presets write them)."""
+    for path in sorted((config.CONF_DIR / "experiment").glob("*.yaml")):
+        params = OmegaConf.load(path).get("hydra", {}).get("sweeper", {}).get("params", {})
+        axes = [[f"{key}={value}" for value in str(values).split(",")] for key, values in params.items()]
+        for job in itertools.product(*axes):
+            yield path.stem, list(job)
+
+
+@pytest.mark.parametrize("preset, job", list(_preset_jobs()), ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_every_job_of_every_preset_composes_and_validates(preset, job):
+    """A preset that sets a key its jobs' options lack (``dataset.download`` on synthetic data)
+    would stop its sweep at that job."""
+    cfg = _compose([f"+experiment={preset}", *job])
+    config.validate(cfg)
+    OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_a_run_logs_only_its_options_params():
+    """An MNIST job on the CPU with Adam and no schedule logs no synthetic, imagefolder, diabetes,
+    cuda, ddp, SGD or multistep fields."""
+    params = flatten(_compose(["model=mlp", "dataset=mnist", "device=cpu", "optimizer=adam", "schedule=constant"]))
+    absent = ["dataset.shape", "dataset.num_classes", "dataset.regression", "dataset.test_fraction",
+              "dataset.channels", "dataset.image_size", "device.index", "device.gpus", "device.backend",
+              "device.timeout_s", "optimizer.momentum", "optimizer.nesterov", "schedule.milestones", "schedule.gamma"]
+    assert not set(absent) & set(params)
+    for key in ("dataset.root", "dataset.download", "dataset.augment", "dataset.train_size", "optimizer.betas",
+                "optimizer.base_lr", "lr_scaling.base_batch", "precision.name"):
+        assert key in params
+    assert {k for k in params if k.startswith("device.")} == {"device.name"}
+
+
+def test_config_hash_covers_only_the_options_fields():
+    """An MNIST job's identity moves with what MNIST reads and with nothing MNIST ignores."""
+    mnist = _compose(["dataset=mnist"])
+    assert config_hash(_compose(["dataset=mnist", "dataset.augment=true"])) != config_hash(mnist)
+    assert config_hash(_compose(["dataset=mnist", "dataset.root=/elsewhere"])) == config_hash(mnist)  # IGNORED
+    legacy = copy.deepcopy(mnist)  # what the single dataset schema left on it: synthetic's shape
+    with open_dict(legacy.dataset):
+        legacy.dataset.shape = [3, 32, 32]
+    assert config_hash(legacy) != config_hash(mnist)  # it would count, so it must not be there
+    assert "shape" not in mnist.dataset
+    with pytest.raises(ConfigCompositionException):
+        _compose(["dataset=mnist", "dataset.shape=[3,32,32]"])
+
+
+@pytest.mark.parametrize("overrides, schema", [
+    (["dataset.rooot=x"], "Cifar10Dataset"),
+    (["dataset=mnist", "dataset.shape=[1,8,8]"], "MnistDataset"),
+    (["dataset=synthetic", "dataset.root=x"], "SyntheticDataset"),
+    (["dataset=synthetic", "dataset.download=false"], "SyntheticDataset"),
+    (["dataset=imagefolder", "dataset.download=false"], "ImageFolderDataset"),
+    (["dataset=diabetes", "dataset.augment=true"], "DiabetesDataset"),
+    (["device=cpu", "device.gpus=2"], "CpuDevice"),
+    (["device=cpu", "device.index=1"], "CpuDevice"),
+    (["device=ddp", "device.index=1"], "DDPDevice"),
+    (["device=cuda", "device.backend=gloo"], "CudaDevice"),
+    (["optimizer.momentun=0.5"], "SGDOptimizer"),
+    (["optimizer=adam", "optimizer.momentum=0.9"], "AdamOptimizer"),
+    (["optimizer=sgd", "optimizer.betas=[0.9,0.99]"], "SGDOptimizer"),
+    (["lr_scaling.base_bach=64"], "LinearScaling"),
+    (["schedule=cosine", "schedule.gamma=0.5"], "CosineSchedule"),
+    (["schedule.milestone=[0.5]"], "MultiStepSchedule"),
+    (["precision=bf16", "precision.nme=fp16"], "BF16Precision"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_a_key_the_option_lacks_fails_at_composition(overrides, schema):
+    """Typos and keys of other options: Hydra's message names the key, its cause the option's schema."""
+    with pytest.raises(ConfigCompositionException) as e:
+        _compose(overrides)
+    assert overrides[-1].split("=")[0] in str(e.value) and schema in str(e.value.__cause__)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["epochs=abc"], ["dataset.train_size=abc"], ["dataset=synthetic", "dataset.shape=abc"],
+    ["dataset=synthetic", "dataset.regression=maybe"], ["dataset=diabetes", "dataset.test_fraction=half"],
+    ["dataset=imagefolder", "dataset.channels=rgb"], ["device=cuda", "device.index=abc"],
+    ["device=ddp", "device.gpus=two"], ["optimizer.base_lr=abc"], ["optimizer=adam", "optimizer.betas=abc"],
+    ["lr_scaling=sqrt", "lr_scaling.base_batch=abc"], ["schedule.gamma=abc"],
+], ids=" ".join)
+def test_a_wrong_type_fails_at_composition(overrides):
+    with pytest.raises(ConfigCompositionException) as e:
+        _compose(overrides)
+    assert overrides[-1] in str(e.value)  # "Error merging override <key>=<value>"
 
 
 def test_defaults_are_study_1_reference_run():

@@ -13,7 +13,8 @@ import pytest
 from conftest import TEST_CONF, TESTS, run_cli, runs, store
 
 SLOW = ["model=slow", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=256",
-        "dataset.test_size=32", "batch=32", "device=cpu", "telemetry.interval_s=0", TEST_CONF]
+        "dataset.test_size=32", "batch=32", "device=cpu", "telemetry.interval_s=0", "checkpoint.every_epochs=1",
+        TEST_CONF]
 
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
@@ -28,7 +29,7 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen:
 def _wait_for_checkpoint(cwd: Path, epoch: int, proc: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if list((cwd / "checkpoints").glob(f"*/epoch_{epoch:04d}.pt")):
+        if list((cwd / "checkpoints").glob(f"*/*/epoch_{epoch:04d}.pt")):
             return
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.1)
@@ -80,7 +81,7 @@ def test_sigkill_then_rerun_marks_stale_and_resumes_the_loss_curve(tmp_path):
     ref_loss = dict(_history(reference, ref_run.info.run_id, "train/loss"))
     for step, value in resumed_loss:
         assert value == pytest.approx(ref_loss[step], rel=1e-6), step
-    assert not any((tmp_path / "checkpoints").glob("*/*.pt"))  # removed once the job ended ok
+    assert not any((tmp_path / "checkpoints").glob("*/*/*.pt"))  # removed once the job ended ok
 
 
 def test_rerun_skips_finished_jobs_and_says_how_many(tmp_path, tiny):

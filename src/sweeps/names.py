@@ -46,6 +46,7 @@ SKIPPED_TAG_PREFIX = "sweeps.skipped."  # + config hash, on the parent run: a jo
 OUTCOMES_TAG_PREFIX = "outcomes."  # + outcome, on the parent run: how many jobs ended so
 PARENT_RUN_TAG = "mlflow.parentRunId"
 TELEMETRY_TAG = "telemetry"
+LOADER_TAG = "data.loader"  # the loader a training job used and how its worker count was chosen
 PEAK_TAG = "perf.peak"  # the datasheet peak MFU is measured against
 MAX_BATCH_BOUND_TAG = "max_batch.bound"
 ENV_TAG_PREFIX = "env."  # the machine: env.host, env.gpus, env.torch, ... (sweeps.tracking.env)
@@ -59,6 +60,7 @@ PHASE_SUM_S = "phase/sum_s"
 SAMPLES_PER_S = "perf/samples_per_s"
 FLOPS_PER_S, MFU = "perf/flops_per_s", "perf/mfu"
 EPOCH_PEAK_MB = "mem/epoch_peak_mb"
+OTHER_CPU_PCT = "host/other_cpu_pct"  # other processes' share of all cores during the training pass
 
 
 def phase_ms(phase: str) -> str:
@@ -72,7 +74,7 @@ def phase_max_ms(phase: str) -> str:
 
 
 EPOCH_METRICS = (EPOCH_S, EVAL_S, ELAPSED_S, TRAIN_LOSS, TRAIN_ACC, TRAIN_LR, TEST_LOSS, TEST_ACC, TEST_RMSE,
-                 PHASE_SUM_S, *map(phase_ms, PHASES), SAMPLES_PER_S, FLOPS_PER_S, MFU, EPOCH_PEAK_MB)
+                 PHASE_SUM_S, *map(phase_ms, PHASES), SAMPLES_PER_S, FLOPS_PER_S, MFU, EPOCH_PEAK_MB, OTHER_CPU_PCT)
 DDP_EPOCH_METRICS = tuple(map(phase_max_ms, PHASES))
 TELEMETRY_EPOCH_METRICS = ("gpu/sm_clock_mhz", "gpu/mem_clock_mhz", "gpu/util_pct", "gpu/mem_used_max_mb",
                            "gpu/temp_max_c", "gpu/power_w", "gpu/fan_pct", "gpu/throttle_frac", "gpu/energy_j",
@@ -81,6 +83,9 @@ TELEMETRY_EPOCH_METRICS = ("gpu/sm_clock_mhz", "gpu/mem_clock_mhz", "gpu/util_pc
 # Summaries: one value per job (step 0).
 FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S = "time/first_epoch_s", "time/median_epoch_s", "time/total_s"
 COMPILE_S, WARMUP_S = "time/compile_s", "time/warmup_s"
+JOB_S, OVERHEAD_S, OVERHEAD_FRAC = "time/job_s", "time/overhead_s", "time/overhead_frac"  # sweeps' own cost
+EPOCH_P10_S, EPOCH_P90_S, EPOCH_MAD_S = "time/epoch_p10_s", "time/epoch_p90_s", "time/epoch_mad_s"  # epochs 2+
+OTHER_CPU_MEAN_PCT = "host/other_cpu_mean_pct"  # mean of host/other_cpu_pct over epochs 2+
 FINAL_ACC, FINAL_RMSE = "test/final_acc", "test/final_rmse"
 PEAK_MB = "mem/peak_mb"
 BATCH_SIZE, LR = "batch_size", "lr"  # numeric copies of the knobs people sort by (params are text)
@@ -96,12 +101,14 @@ INFER_ITER_MS = "infer/iter_ms"  # series: step = iteration
 MAX_BATCH_TRIAL_METRICS = ("max_batch/batch", "max_batch/fits", "max_batch/peak_mb", "max_batch/predicted")  # step = trial
 MAX_BATCH_TRIALS = "max_batch/trials"
 
-SUMMARY_METRICS = (FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S, COMPILE_S, WARMUP_S, FINAL_ACC, FINAL_RMSE, PEAK_MB,
+SUMMARY_METRICS = (FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S, COMPILE_S, WARMUP_S, JOB_S, OVERHEAD_S, OVERHEAD_FRAC,
+                   EPOCH_P10_S, EPOCH_P90_S, EPOCH_MAD_S, OTHER_CPU_MEAN_PCT, FINAL_ACC, FINAL_RMSE, PEAK_MB,
                    BATCH_SIZE, LR, PARAMS, WORLD_SIZE, FLOPS_PER_EXAMPLE, PEAK_FLOPS, MAX_BATCH,
                    MAX_BATCH_PEAK_MB, MAX_BATCH_TRIALS, ENERGY_TOTAL_J, ENERGY_TRAIN_J, ENERGY_J_PER_SAMPLE,
                    INFER_MEDIAN_MS, INFER_MEAN_MS, INFER_MIN_MS, INFER_P10_MS, INFER_P90_MS, INFER_STD_MS,
                    INFER_WALL_S, SAMPLES_PER_S)  # perf/samples_per_s: a summary of inference jobs only
 SERIES_METRICS = (INFER_ITER_MS, *MAX_BATCH_TRIAL_METRICS)
+REPORT_METRICS = (SCALING_EFFICIENCY,)  # computed by the report, not logged by a job
 
 ALL_METRICS = frozenset((*EPOCH_METRICS, *DDP_EPOCH_METRICS, *TELEMETRY_EPOCH_METRICS, *SUMMARY_METRICS,
-                         *SERIES_METRICS))
+                         *SERIES_METRICS, *REPORT_METRICS))

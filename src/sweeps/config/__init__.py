@@ -1,6 +1,7 @@
 """Configuration: the typed schemas Hydra composes ``conf/`` into, and the checks types cannot say.
 
-Owns: :data:`CONF_DIR`, :func:`register` (the ConfigStore schemas), :func:`validate`,
+Owns: :data:`CONF_DIR`, :func:`register` (the ConfigStore schemas: :mod:`.schema` for the
+top level and models, :mod:`.options` for every other group option), :func:`validate`,
 :func:`batch_size`, :func:`scaled_lr`. Imports: omegaconf/hydra, :mod:`sweeps.names`,
 :mod:`sweeps.errors` — nothing else of the package (it is the bottom layer).
 """

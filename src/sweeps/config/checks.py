@@ -44,7 +44,11 @@ def scaled_lr(base_lr: float, batch: int, base_batch: int, rule: str) -> float:
 
 
 def validate(cfg: DictConfig) -> None:
-    """Check what the schema's types cannot; raise UsageError with one line naming the key."""
+    """Check what the schema's types cannot; raise UsageError with one line naming the key.
+
+    Group keys read here are on every option of their group (the base classes of
+    :mod:`sweeps.config.options`), except ``device=ddp``'s own, read only for ddp.
+    """
     batch_size(cfg, 1)
     if cfg.task not in names.GROUP_OPTIONS["task"]:
         raise UsageError(f"task={cfg.task!r} is unknown: use one of {', '.join(names.GROUP_OPTIONS['task'])}")
@@ -75,6 +79,8 @@ def validate(cfg: DictConfig) -> None:
                          "use seconds ≥ 0 (0 turns telemetry off)")
     if cfg.device.name == "ddp":  # data parallel: see sweeps.launch.ddp
         _validate_ddp(cfg)
+    if cfg.repeat < 0:
+        raise UsageError(f"repeat={cfg.repeat} is not valid: use 0, 1, 2, … (sweep repeat=0,1,2 to run a config 3 times)")
     if cfg.eval.every_epochs < 1:
         raise UsageError(f"eval.every_epochs={cfg.eval.every_epochs} is not valid: use 1 (every epoch) or more")
     if cfg.checkpoint.every_s < 0 or cfg.checkpoint.every_epochs < 0:

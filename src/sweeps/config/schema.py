@@ -1,12 +1,14 @@
-"""Config schema: dataclasses registered in Hydra's ConfigStore and checks Hydra cannot express.
+"""Config schema: the top-level :class:`Config` and its fixed nodes, registered in Hydra's
+ConfigStore with every group option's schema (:mod:`sweeps.config.options`).
 
 The YAML files under ``conf/`` are merged into these typed nodes, so a misspelt key
 (``dataset.rooot=x``) or a wrong type (``epochs=abc``) fails at composition with Hydra's own
 message. What a type cannot say (``batch`` is a positive int *or* ``full``; ``batch`` ≤ 0) is
-checked by :func:`validate`, which raises :class:`sweeps.errors.UsageError` with one line.
+checked by :func:`sweeps.config.checks.validate`, which raises :class:`sweeps.errors.UsageError`
+with one line.
 
-Models are the exception: each model option has its own schema (``model/base_<name>``) because
-their fields differ and the node is passed to the model's constructor through ``_target_``.
+Config groups (``model``, ``dataset``, ``device``, ...) are ``Any`` here: each option's YAML
+extends its own schema (``schema/<group>/<option>``), whose fields differ from option to option.
 """
 from __future__ import annotations
 
@@ -17,66 +19,11 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from sweeps.config.options import OPTION_SCHEMAS
+
 
 # The project's config directory; @hydra.main and the tests compose from it.
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # a link to the repo's conf/ (see pyproject)
-
-
-@dataclass
-class DatasetConfig:
-    name: str = MISSING  # cifar10 | mnist | imagefolder | diabetes | synthetic
-    root: str = "data"  # where the files live (relative paths: to the directory sweeps runs in)
-    download: bool = True  # let torchvision fetch the files when they are missing
-    train_size: Optional[int] = None  # seeded subset of N training examples (None: all)
-    test_size: Optional[int] = None  # seeded subset of N test examples (None: all)
-    augment: bool = False  # random crop (pad 4) + horizontal flip on training images
-    num_workers: Optional[int] = None  # DataLoader worker processes (None: chosen per dataset)
-    channels: Optional[int] = None  # imagefolder: 1 or 3 (None: from the first image's mode)
-    image_size: Optional[int] = None  # imagefolder: resize to N×N (None: keep)
-    shape: List[int] = field(default_factory=lambda: [3, 32, 32])  # synthetic: one sample's shape
-    num_classes: int = 10  # synthetic: number of classes
-    regression: bool = False  # synthetic: a regression target (scikit-learn make_regression)
-    test_fraction: float = 0.2  # diabetes: share of rows held out for test
-    if_missing: str = "stop"  # files missing: stop (the sweep, one line) | skip (outcome=unavailable)
-    loader: str = "dataloader"  # dataloader (host) | device (whole dataset on the device; in-memory sets only)
-
-
-@dataclass
-class DeviceConfig:
-    name: str = MISSING  # auto | cpu | cuda | ddp
-    index: int = 0  # cuda: which GPU
-    gpus: int = 1  # ddp: number of processes (one per GPU with nccl; any number on the CPU with gloo)
-    backend: str = "auto"  # ddp: auto (nccl where CUDA is present, else gloo) | nccl | gloo
-    timeout_s: float = 300.0  # ddp: bound on every collective (and the rendezvous), seconds
-
-
-@dataclass
-class OptimizerConfig:
-    name: str = MISSING  # sgd | adam
-    base_lr: float = 0.1  # learning rate at lr_scaling.base_batch examples per step
-    momentum: float = 0.0
-    nesterov: bool = False
-    weight_decay: float = 0.0
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
-    impl: str = "auto"  # auto (fused on CUDA, else torch default) | fused | foreach | loop
-
-
-@dataclass
-class LRScalingConfig:
-    rule: str = MISSING  # linear | sqrt | none
-    base_batch: int = 128  # the batch size at which optimizer.base_lr applies
-
-
-@dataclass
-class ScheduleConfig:
-    name: str = MISSING  # multistep | constant | cosine
-    milestones: List[float] = field(default_factory=lambda: [0.5, 0.8])  # fractions of epochs
-    gamma: float = 0.1  # multistep: lr factor at each milestone
-
-
-@dataclass
-class PrecisionConfig:
-    name: str = MISSING  # fp32 | tf32 | bf16 | fp16 (see sweeps.train.precision.PRECISIONS)
 
 
 @dataclass
@@ -119,18 +66,21 @@ class EvalConfig:
 
 @dataclass
 class Config:
+    # Groups: each option's YAML brings its own schema (schema/<group>/<option>); a type here would
+    # force one set of fields on every option, and runs would log fields their option never reads.
     model: Any = MISSING
-    dataset: DatasetConfig = MISSING
-    device: DeviceConfig = MISSING
-    optimizer: OptimizerConfig = MISSING
-    lr_scaling: LRScalingConfig = MISSING
-    schedule: ScheduleConfig = MISSING
-    precision: PrecisionConfig = MISSING
+    dataset: Any = MISSING
+    device: Any = MISSING
+    optimizer: Any = MISSING
+    lr_scaling: Any = MISSING
+    schedule: Any = MISSING
+    precision: Any = MISSING
     mlflow: MLflowConfig = field(default_factory=MLflowConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     batch: Any = 128  # global batch size (examples per optimizer step), or "full"
     epochs: int = 100
     seed: int = 0
+    repeat: int = 0  # run the same configuration again (repeat=0,1,2); not part of any seed
     log_every_s: float = 2.0  # at most one console row per this many s; progress bar for longer epochs
     resume: bool = True  # skip jobs already done (ok/oom) in the experiment; resume killed ones
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -144,6 +94,8 @@ class Config:
     timing: TimingConfig = field(default_factory=TimingConfig)
 
 
+# Models: the node is also the model constructor's keyword arguments (``_target_``), so a schema
+# is named by architecture and several options can share it (mlp, mlp_tabular).
 @dataclass
 class CNN10Config:
     _target_: str = "sweeps.models.CNN10"
@@ -171,12 +123,15 @@ class ResNet50Config:
     _target_: str = "sweeps.models.resnet50"
 
 
+MODEL_SCHEMAS = {"cnn10": CNN10Config, "wrn": WideResNetConfig, "mlp": MLPConfig, "resnet50": ResNet50Config}
+
+
 def register() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent)."""
     if not OmegaConf.has_resolver("repo_dir"):  # ${repo_dir:}: the checkout holding conf/
         OmegaConf.register_new_resolver("repo_dir", lambda: str(CONF_DIR.resolve().parent))
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
-    for name, node in [("cnn10", CNN10Config), ("wrn", WideResNetConfig), ("mlp", MLPConfig),
-                       ("resnet50", ResNet50Config)]:
-        cs.store(group="schema/model", name=name, node=node)
+    for group, options in {**OPTION_SCHEMAS, "model": MODEL_SCHEMAS}.items():
+        for name, node in options.items():
+            cs.store(group=f"schema/{group}", name=name, node=node)

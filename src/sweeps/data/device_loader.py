@@ -110,8 +110,12 @@ class DeviceBatches:
         order = (torch.randperm(self.n, generator=self.generator, device=self.device) if self.shuffle
                  else torch.arange(self.n, device=self.device))
         for start in range(0, self.n, self.batch_size):
-            idx = order[start:start + self.batch_size]
-            yield self._images(idx) if self.mean is not None else self.x[idx], self.y[idx]
+            yield self.take(order[start:start + self.batch_size])
+
+    def take(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The examples ``idx`` (int64 on the device) as one batch ``(x, y)``, augmented and
+        normalised like every batch; a data-parallel rank takes its part of each step through this."""
+        return self._images(idx) if self.mean is not None else self.x[idx], self.y[idx]
 
     def _images(self, idx: torch.Tensor) -> torch.Tensor:
         """uint8 pixels of ``idx`` → cropped, flipped, normalised float32 ``(B, C, H, W)``."""

@@ -10,14 +10,32 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset
 
 
 def default_workers(cfg: DictConfig, device: torch.device) -> int:
-    """DataLoader workers: 0 for in-memory tensors (workers would only add IPC), else a few
-    per device — decoding and augmenting images on the training process stalls the step."""
+    """DataLoader workers when ``dataset.num_workers`` is null: 0 for in-memory tensors (workers
+    would only add IPC); else the cores the training leaves free — on a GPU every core but one
+    (up to 8: the training process needs one to feed the device); on a CPU the cores beyond
+    torch's intra-op threads (up to 4), so workers never fight the training for cores (on a
+    machine whose cores torch uses entirely: 0, images are decoded in the training process and
+    show in ``phase/data_ms``). :func:`describe_workers` says which, for the run's tags."""
     if cfg.num_workers is not None:
         return cfg.num_workers
     if cfg.name in ("diabetes", "synthetic"):
         return 0
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(8, cpus) if device.type == "cuda" else min(4, max(1, cpus // 2))
+    if device.type == "cuda":
+        return max(0, min(8, cpus - 1))
+    return max(0, min(4, cpus - torch.get_num_threads()))
+
+
+def describe_workers(cfg: DictConfig, device: torch.device) -> str:
+    """One line for the ``data.loader`` tag: the loader and how its worker count was chosen."""
+    if cfg.get("loader") == "device":
+        return f"device (the dataset resident on {device.type}; no workers)"
+    n = default_workers(cfg, device)
+    if cfg.num_workers is not None:
+        return f"dataloader, {n} worker(s) (dataset.num_workers)"
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (f"dataloader, {n} worker(s) (chosen: {cpus} core(s), {torch.get_num_threads()} torch thread(s), "
+            f"{device.type} training)")
 
 
 class TensorBatches:
@@ -39,8 +57,13 @@ class TensorBatches:
     def __iter__(self):
         order = torch.randperm(self.n, generator=self.generator) if self.shuffle else None
         for start in range(0, self.n, self.batch_size):
-            pick = order[start:start + self.batch_size] if order is not None else slice(start, start + self.batch_size)
-            yield tuple(t[pick] for t in self.tensors)
+            yield self.take(order[start:start + self.batch_size] if order is not None
+                            else slice(start, start + self.batch_size))
+
+    def take(self, pick) -> tuple:
+        """The examples ``pick`` (an index tensor or a slice) as ``(x, y)``; a data-parallel rank
+        takes its part of each step through this (:mod:`sweeps.train.distributed`)."""
+        return tuple(t[pick] for t in self.tensors)
 
 
 def make_loaders(train: Dataset, test: Dataset, batch: int, device: torch.device, workers: int,

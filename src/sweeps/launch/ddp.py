@@ -1,34 +1,46 @@
-"""Data-parallel training (``device=ddp``): N worker processes started from inside the job with
-torch's own launcher (:func:`torch.distributed.launcher.api.elastic_launch`, torchrun's
-``--standalone`` semantics), NCCL on GPUs, Gloo on the CPU.
+"""Data-parallel training (``device=ddp``): start and supervise ``device.gpus`` processes.
 
-- ``batch`` is the global batch: each rank takes ``batch / N`` examples per step from a
-  :class:`DistributedSampler` (``set_epoch`` every epoch), and DDP averages the gradients, so a
-  step sees the same examples and the same mean gradient as one process at ``batch``.
-- Only rank 0 reports: per-epoch records are gathered once per epoch (outside the steps) and
-  reduced — ``phase/<p>_ms`` is the mean over ranks, ``phase/<p>_max_ms`` the slowest rank,
-  ``time/epoch_s`` the slowest rank, ``perf/samples_per_s`` all ranks' samples over that time.
-  Rank 0 returns them and the job process logs them to its one MLflow run.
-- An OOM on any rank is agreed across ranks (one all-reduce of a flag per training step, before
-  backward), so every rank stops and the job ends ``outcome=oom`` instead of hanging in the
-  gradient all-reduce; ``device.timeout_s`` bounds every collective of the process group.
+The job process (its :class:`~sweeps.launch.job.JobRun` has opened the MLflow run) starts N
+ranks with torch's own launcher (:func:`torch.distributed.launcher.api.elastic_launch`,
+torchrun's ``--standalone`` semantics: one node, a c10d rendezvous on a free local port, no
+restarts), NCCL on GPUs, Gloo on the CPU. Each rank runs the same training code as one device
+(:mod:`sweeps.launch.rank`); the training itself — global batch split over the ranks, one
+shared permutation per epoch, gradients averaged, records gathered once per epoch — lives in
+:mod:`sweeps.train.distributed`.
+
+- Rank 0 logs every epoch as it ends into the job's run and its journal; the job process never
+  writes the journal while ranks run, and once they have ended (any way) it reads rank 0's
+  records back from it, so the job's summary and ``epochs.csv`` are those of one device.
+- A rank that fails writes one JSON line per failure and exits; the agent (polling every
+  :data:`MONITOR_S`) stops the other ranks at once; this module raises the earliest failure as
+  what a one-device job would have raised: :class:`torch.OutOfMemoryError` (``oom``),
+  :class:`~sweeps.errors.Diverged`, :class:`RuntimeError` naming the rank (``error``).
+  ``device.timeout_s`` bounds the rendezvous and every collective: the last resort of a hang.
+- SIGINT/SIGTERM to the job process: the agent stops the ranks (rank 0 flushes), then the job
+  ends ``killed`` as without ddp. The launcher's own signal handlers are removed afterwards.
 """
 from __future__ import annotations
 
-import datetime
-import os
+import json
+import logging
+import shutil
 import signal
 import socket
+import sys
+import tempfile
 import uuid
+from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
-from torch import nn
 
-from sweeps.errors import DeviceUnavailable, Terminated
+from sweeps.errors import DeviceUnavailable, Diverged, Terminated
+from sweeps.launch import rank as rank_process
+from sweeps.tracking import store
+from sweeps.tracking.epochs import read_journal
 
-WORLD_SIZE_METRIC = "device.world_size"
+MONITOR_S = 0.1  # s between the agent's checks of the ranks: how soon a failed rank stops the others
+DEFAULT_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's
 
 
 def backend(cfg: DictConfig) -> str:
@@ -55,142 +67,42 @@ def resolve(cfg: DictConfig) -> torch.device:
     return torch.device("cuda", 0)
 
 
-class OOMAgreement(nn.Module):
-    """Wraps the DDP model: in training, every forward ends with an all-reduce (MAX) of an
-    "out of memory here" flag, so when one rank's forward runs out of memory all ranks raise
-    :class:`torch.OutOfMemoryError` together, before backward (where a missing rank would leave
-    the others waiting in the gradient all-reduce until the timeout)."""
+def launch(job, journal: Path) -> None:
+    """Run the job's task on ``device.gpus`` ranks and wait for them; afterwards (on every
+    ending) ``job.epochs.records`` holds rank 0's records from ``journal``.
 
-    def __init__(self, module: nn.Module, device: torch.device):
-        super().__init__()
-        self.module, self.flag = module, torch.zeros((), device=device)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training:
-            return self.module(x)
-        out, error = None, None
-        try:
-            out = self.module(x)
-        except torch.OutOfMemoryError as e:
-            error = e
-        self.flag.fill_(1.0 if error is not None else 0.0)
-        dist.all_reduce(self.flag, op=dist.ReduceOp.MAX)
-        # The one host sync inside a step, on purpose: the ranks must agree to stop before backward.
-        if self.flag.item() > 0:
-            raise torch.OutOfMemoryError(
-                f"out of memory on rank {dist.get_rank()}: {error}" if error is not None
-                else "out of memory on another rank (agreed across ranks)")
-        return out
-
-
-class _EpochSampling:
-    """A loader whose DistributedSampler is told the epoch (``set_epoch``) at each pass."""
-
-    def __init__(self, loader, sampler):
-        self.loader, self.sampler, self.epoch = loader, sampler, 0
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self):
-        self.sampler.set_epoch(self.epoch)
-        self.epoch += 1
-        return iter(self.loader)
-
-
-def reduce_records(recs: list[dict]) -> dict:
-    """One record from the ranks' records of an epoch (see the module docstring)."""
-    out = dict(recs[0])  # test metrics: every rank evaluates the whole test set
-    for key in recs[0]:
-        values = [r[key] for r in recs if isinstance(r.get(key), (int, float))]
-        if key.startswith("phase/") and key.endswith("_ms") and values:
-            out[key] = sum(values) / len(values)
-            out[key[:-3] + "_max_ms"] = max(values)
-        elif key in ("train/loss", "train/acc", "phase/sum_s") and values:
-            out[key] = sum(values) / len(values)  # equal samples per rank: the global mean
-        elif key in ("time/epoch_s", "mem/epoch_peak_mb") and values:
-            out[key] = max(values)
-        elif key == "samples":
-            out[key] = sum(values)
-    out["perf/samples_per_s"] = out["samples"] / out["time/epoch_s"]
-    return out
-
-
-def _worker(cfg_dict: dict, batch: int, lr: float) -> dict:
-    """One rank (entry point of :func:`elastic_launch`; env has RANK, WORLD_SIZE, ...).
-    Returns ``{"records": [...]}`` (rank 0's are the reduced ones), or ``{"error": (kind, text)}``."""
-    from sweeps.data import build_datasets, make_loaders
-    from sweeps.train.precision import apply_precision
-    from hydra.utils import instantiate
-    from torch.utils.data import DataLoader, DistributedSampler
-    from sweeps.train.loop import Trainer
-    from sweeps.train.optim import make_optimizer, make_schedule
-
-    cfg = OmegaConf.create(cfg_dict)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    kind = backend(cfg.device)
-    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if kind == "nccl" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    else:  # N processes share the cores: without this each one starts a thread per core (oversubscribed)
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    dist.init_process_group(kind, timeout=datetime.timedelta(seconds=cfg.device.timeout_s))
-    try:
-        train_set, test_set, spec = build_datasets(cfg.dataset, cfg.seed)
-        precision = apply_precision(cfg.precision, device)
-        torch.manual_seed(cfg.seed)  # the same initial weights as one process (and DDP broadcasts rank 0's)
-        model = instantiate(cfg.model, in_shape=spec.in_shape, num_outputs=spec.num_outputs).to(device)
-        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        optimizer = make_optimizer(cfg.optimizer, ddp.parameters(), lr)
-        trainer = Trainer(OOMAgreement(ddp, device), spec, optimizer, make_schedule(cfg.schedule, optimizer, cfg.epochs),
-                          device, cfg.log_every_s, precision=precision)
-        sampler = DistributedSampler(train_set, world, rank, shuffle=True, seed=cfg.seed)
-        train_loader = DataLoader(train_set, batch_size=batch // world, sampler=sampler,
-                                  pin_memory=device.type == "cuda")
-        test_loader = make_loaders(train_set, test_set, batch, device, 0, cfg.seed)[1]
-        reduced: list[dict] = []
-
-        def on_epoch(rec: dict) -> None:  # once per epoch, after evaluation: not inside a step
-            gathered = [None] * world
-            dist.all_gather_object(gathered, rec)
-            if rank == 0:
-                reduced.append(reduce_records(gathered))
-
-        trainer.fit(_EpochSampling(train_loader, sampler), test_loader, cfg.epochs, on_epoch)
-        return {"records": reduced}
-    except Exception as e:  # reported to the job process, which classifies it (oom, error)
-        return {"error": ("oom" if isinstance(e, torch.OutOfMemoryError) else type(e).__name__,
-                          str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__)}
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(cfg: DictConfig, batch: int, lr: float) -> list[dict]:
-    """Train ``cfg`` on ``device.gpus`` processes; returns rank 0's reduced per-epoch records.
+    ``job`` is the :class:`~sweeps.launch.job.JobRun` whose run is open: its ``cfg``,
+    ``run_id``, ``checkpoints.directory`` and ``resume_state`` are passed on to the ranks.
 
     Raises:
-        torch.OutOfMemoryError: any rank ran out of memory (agreed across ranks).
-        RuntimeError: a rank failed otherwise (its message), or died / timed out.
+        torch.OutOfMemoryError: a rank ran out of memory first (the message names the rank).
+        Diverged: the training loss became non-finite (all ranks agree on it).
+        RuntimeError: a rank failed otherwise, or died without saying why (killed, crashed).
+        Terminated, KeyboardInterrupt: the job process got SIGTERM / SIGINT.
     """
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    world = cfg.device.gpus
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=world, run_id=f"sweeps-{uuid.uuid4().hex[:8]}",
+    cfg = job.cfg
+    work = Path(tempfile.mkdtemp(prefix="sweeps-ddp-"))  # the ranks' failure files and torch's logs
+    log_format, log_targets = _log_setup()
+    spec = rank_process.RankSpec(
+        cfg=OmegaConf.to_container(cfg, resolve=True), backend=backend(cfg.device), tracking_uri=store.tracking_uri(cfg),
+        run_id=job.run_id, run_dir=str(job.checkpoints.directory.resolve()), journal=str(journal.resolve()),
+        resume=job.resume_state is not None, error_dir=str(work), log_format=log_format, log_targets=log_targets)
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg.device.gpus, run_id=f"sweeps-{uuid.uuid4().hex[:8]}",
                           rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{_free_port()}", max_restarts=0,
-                          rdzv_configs={"timeout": int(cfg.device.timeout_s)}, monitor_interval=0.1,
-                          start_method="spawn")
+                          rdzv_configs={"timeout": int(cfg.device.timeout_s)}, monitor_interval=MONITOR_S,
+                          start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=str(work / "torch")))
     # the launcher installs its own SIGINT/SIGTERM/... handlers and leaves them: keep the job's
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     try:
-        results = elastic_launch(config, _worker)(OmegaConf.to_container(cfg, resolve=True), batch, lr)
-    except SignalException as e:  # the workers are stopped; the job ends killed as without ddp
+        elastic_launch(config, rank_process.main)(spec)
+    except ChildFailedError as e:
+        raise first_failure(work, e) from None
+    except SignalException as e:  # the ranks are stopped; the job ends killed as without ddp
         raise (Terminated() if e.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
     finally:
         for s, handler in saved.items():
@@ -198,11 +110,54 @@ def launch(cfg: DictConfig, batch: int, lr: float) -> list[dict]:
                 signal.signal(s, handler)
             except (ValueError, TypeError):  # not the main thread, or a handler set outside Python
                 pass
-    # the rank that ran out of memory first: its message names it
-    errors = sorted((r["error"] for r in results.values() if "error" in r), key=lambda e: "another rank" in e[1])
-    for kind, text in errors:
-        if kind == "oom":
-            raise torch.OutOfMemoryError(text if "rank" in text else f"out of memory: {text}")
-    if errors:
-        raise RuntimeError(f"{errors[0][0]} on a rank: {errors[0][1]}")
-    return results[0]["records"]
+        job.epochs.records = read_journal(journal)  # rank 0's, resumed epochs included
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def first_failure(error_dir: Path, exc: Exception) -> Exception:
+    """The exception to end the job with: the earliest of the ranks' failure files (see
+    :mod:`sweeps.launch.rank`), else what the launcher says of the first rank that exited."""
+    reports = []
+    for path in error_dir.glob("rank*.json"):
+        try:
+            reports.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    if not reports:  # killed (OOM killer, SIGKILL) or crashed before it could say why
+        failures = getattr(exc, "failures", {})
+        if not failures:
+            return RuntimeError(f"a data-parallel rank failed: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}")
+        rank, failure = exc.get_first_failure()
+        how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit status {failure.exitcode}"
+        return RuntimeError(f"data-parallel rank {rank} died ({how}) without reporting an error")
+    first = min(reports, key=lambda r: (r["time"], r["kind"] != "oom"))
+    if first["kind"] == "oom":
+        return torch.OutOfMemoryError(f"{first['text']} (rank {first['rank']})")
+    if first["kind"] == "diverged":
+        return Diverged(first["text"])
+    if first["kind"] == "unavailable":
+        return DeviceUnavailable(first["text"])
+    return RuntimeError(f"{first['type']} on rank {first['rank']}: {first['text']}")
+
+
+def _log_setup() -> tuple[str, list]:
+    """This process's log format and targets (console streams, Hydra's job log file), for the ranks."""
+    fmt, targets = DEFAULT_FORMAT, []
+    for handler in logging.getLogger().handlers:
+        if handler.formatter is not None and getattr(handler.formatter, "_fmt", None):
+            fmt = handler.formatter._fmt
+        if isinstance(handler, logging.FileHandler):
+            target = ("file", handler.baseFilename)
+        elif isinstance(handler, logging.StreamHandler):
+            target = ("stream", "stdout" if handler.stream is sys.stdout else "stderr")
+        else:
+            continue
+        if target not in targets:
+            targets.append(target)
+    return fmt, targets or [("stream", "stderr")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

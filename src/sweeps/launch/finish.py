@@ -7,12 +7,27 @@ the others still run, so the outcome tag and the run status are always written l
 from __future__ import annotations
 
 import logging
+import time
 
 from sweeps import names
 from sweeps.launch import outcome as oc
 
 log = logging.getLogger("sweeps")
 STATUS = {names.ERROR: "FAILED", names.KILLED: "KILLED"}  # MLflow run status; the rest FINISHED
+
+
+def overhead(job, records: list[dict]) -> dict[str, float]:
+    """``time/job_s`` (this process's wall clock from the job's start to now, s) and
+    ``time/overhead_s`` = job − (training passes + evaluations of the epochs this process ran +
+    the task's other measured work: compilation, inference passes, max-batch trials), with ``time/overhead_frac`` (÷ job): what sweeps itself, data loading and start-up
+    cost around the measured work."""
+    job_s = time.perf_counter() - job.started_at
+    mine = [r for r in records if r["epoch"] >= job.first_epoch]
+    measured = sum(r.get(names.EPOCH_S, 0.0) + r.get(names.EVAL_S, 0.0) for r in mine) + job.measured_s
+    out = {names.JOB_S: job_s, names.OVERHEAD_S: max(0.0, job_s - measured)}
+    if job_s > 0:
+        out[names.OVERHEAD_FRAC] = out[names.OVERHEAD_S] / job_s
+    return out
 
 
 def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> None:
@@ -28,7 +43,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         metrics = job.task.summarise(records)
         if oom_peak_mb is not None:  # an OOM's peak is higher than any finished epoch's
             metrics[names.PEAK_MB] = max(oom_peak_mb, metrics.get(names.PEAK_MB, 0.0))
-        job.writer.log_metrics(metrics)
+        job.writer.log_metrics({**metrics, **overhead(job, records)})
 
     def telemetry() -> None:
         if tel is None:

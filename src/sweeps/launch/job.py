@@ -6,8 +6,10 @@ sweep before the job's run is opened. SIGINT/SIGTERM end the job ``killed`` and 
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
+import time
 import traceback
 from pathlib import Path
 
@@ -67,7 +69,8 @@ class JobRun:
     log = log
 
     def __init__(self, cfg: DictConfig, task: Task, client, experiment_id: str, name: str,
-                 choices: dict[str, str], multirun: bool, config_hash: str, previous=None):
+                 choices: dict[str, str], multirun: bool, config_hash: str, previous=None,
+                 started_at: float | None = None):
         self.cfg, self.task, self.client, self.experiment_id = cfg, task, client, experiment_id
         self.name, self.choices, self.multirun, self.config_hash = name, choices, multirun, config_hash
         self.previous = previous
@@ -75,6 +78,9 @@ class JobRun:
         self.telemetry = self.device = self.resume_state = None
         self.outcome: str | None = None
         self.error = ""
+        self.started_at = time.perf_counter() if started_at is None else started_at  # time/job_s
+        self.first_epoch = 1  # the first epoch this process runs (past the checkpoint when resuming)
+        self.measured_s = 0.0  # measured work outside epochs (compilation, inference): not overhead
 
     @property
     def run_id(self) -> str:
@@ -99,8 +105,10 @@ class JobRun:
         if self.resume_state is not None:
             self.writer = RunWriter.attach(self.client, self.previous.info.run_id)
             self.writer.set_tags({**tags, names.RESUMED_TAG: "true", names.ERROR_TAG: ""})
+            self.first_epoch = self.resume_state["epoch"] + 1
             records = read_journal(run_dir / JOURNAL, up_to_epoch=self.resume_state["epoch"])
             (run_dir / JOURNAL).write_text("".join(_json_line(r) for r in records), encoding="utf-8")
+            _replay(self.client, self.writer, records)
         else:
             parent = store.parent_run_id() if self.multirun else None
             self.writer = RunWriter(self.client, self.experiment_id, self.name, parent,
@@ -156,9 +164,22 @@ class JobRun:
 
 
 def _json_line(rec: dict) -> str:
-    import json
-
     return json.dumps(rec, separators=(",", ":")) + "\n"
+
+
+def _replay(client, writer: RunWriter, records: list[dict]) -> None:
+    """Send the journal's records that never reached the run (the process died with them still
+    queued): per metric, the epochs missing from its history — so each epoch is logged once."""
+    keys = {k for rec in records for k in rec if "/" in k}
+    missing = 0
+    for key in keys:
+        logged = {m.step for m in client.get_metric_history(writer.run_id, key)}
+        for rec in records:
+            if key in rec and rec["epoch"] not in logged:
+                writer.log_metrics({key: rec[key]}, step=rec["epoch"])
+                missing += 1
+    if missing:
+        log.info("resume: %d metric value(s) of earlier epochs sent from the journal", missing)
 
 
 def run(cfg: DictConfig) -> str:
@@ -169,6 +190,7 @@ def run(cfg: DictConfig) -> str:
         UsageError: bad input (config value, data path) — the caller stops the sweep.
         KeyboardInterrupt: SIGINT/SIGTERM (after the job's run is closed ``killed``).
     """
+    started_at = time.perf_counter()
     validate(cfg)
     name, choices, multirun = _hydra_context()
     task = create(cfg)
@@ -191,16 +213,15 @@ def run(cfg: DictConfig) -> str:
         if cfg.dataset.if_missing != "skip":
             raise
         missing = e
-    with JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous) as job:
+    with JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous, started_at) as job:
         if missing is not None:  # dataset.if_missing=skip: an unavailable job, logged as such
             raise missing
         with gpu_pool.claim(cfg.device):  # hydra/launcher=gpu_pool: a GPU (or CPU share) of its own
             device = resolve_device(cfg.device)
             job.start_telemetry(device)
-            if cfg.device.name == "ddp":  # N processes; rank 0's records reach job.epochs
+            if cfg.device.name == "ddp":  # N ranks, each running task.run; rank 0 logs into this run
                 job.writer.log_metrics({names.WORLD_SIZE: cfg.device.gpus})
-                for rec in ddp.launch(cfg, task.data.batch, task.data.lr):
-                    job.epochs.append(rec)
+                ddp.launch(job, job.checkpoints.directory / JOURNAL)
             else:
                 task.run(job, device)
     if not multirun:  # a sweep prints its summary once, at its end (sweeps.launch.sweep)

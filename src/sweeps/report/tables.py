@@ -2,10 +2,13 @@
 inference timings, side-by-side comparisons and data-parallel scaling efficiency."""
 from __future__ import annotations
 
+import statistics
 from typing import Sequence
 
+from sweeps import names
 from sweeps.report.runs import Job, memory_key
 from sweeps.tracking.console import hms
+from sweeps.tracking.reliability import unreliable
 
 
 COMPARE_KEYS = ("device", "device.index", "device.gpus", "precision")  # side-by-side columns
@@ -29,31 +32,56 @@ def _score(job: Job) -> str:
     return _f(m.get("test/final_rmse"))
 
 
+def _median_spread(values: list[float], digits: int = 2) -> str:
+    """``m`` for one value; ``m [lo, hi]`` (median, min, max) for the repeats of a configuration."""
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return _f(values[0], digits)
+    return f"{_f(statistics.median(values), digits)} [{_f(min(values), digits)}, {_f(max(values), digits)}]"
+
+
+def _note(runs: list[Job]) -> str:
+    """Why a row's figure should not be trusted, from any of its runs ("" when it can)."""
+    notes = {unreliable(m.get(names.EPOCH_P10_S), m.get(names.EPOCH_P90_S), m.get(names.OTHER_CPU_MEAN_PCT))
+             for m in (j.metrics for j in runs)}
+    return "; ".join(sorted(n for n in notes if n))
+
+
 def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> list[tuple[str, str]]:
-    """Study 1's table per group (every swept key but batch): batch | first epoch [s] | median
-    epoch from 2 [s] | total time | accuracy or RMSE | peak MB. Rows by numeric batch size; jobs
-    that did not finish show their outcome in place of the times — an OOM as ``OOM (fits up to
-    N)`` when ``fits`` (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits."""
-    groups: dict[str, list[Job]] = {}
+    """Study 1's table per group (every swept key but batch and repeat): batch | runs | first
+    epoch [s] | median epoch from 2 [s] | total time | accuracy or RMSE | peak MB | overhead |
+    note. Rows by numeric batch size; the repeats of a batch (``repeat=0,1,2``) are one row with
+    the median of each figure and its [min, max]; ``note`` flags a row whose epochs spread or whose
+    host was loaded by other processes (:func:`sweeps.tracking.reliability.unreliable`). Jobs that
+    did not finish show their outcome in place of the times — an OOM as ``OOM (fits up to N)``
+    when ``fits`` (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits."""
+    groups: dict[str, dict[float | None, list[Job]]] = {}
     for j in jobs:
-        if "infer/median_ms" not in j.metrics and j.params.get("task") != "max_batch":
-            groups.setdefault(j.label(exclude=("batch",)), []).append(j)
-    regression = any("test/final_rmse" in j.metrics for j in jobs)
-    headers = ["batch", "first epoch [s]", "median epoch from 2 [s]", "total time",
-               "RMSE" if regression else "accuracy", "peak MB"]
+        if names.INFER_MEDIAN_MS not in j.metrics and j.params.get("task") != "max_batch":
+            groups.setdefault(j.label(exclude=("batch", "repeat")), {}).setdefault(j.batch, []).append(j)
+    regression = any(names.FINAL_RMSE in j.metrics for j in jobs)
+    headers = ["batch", "runs", "first epoch [s]", "median epoch from 2 [s]", "total time",
+               "RMSE" if regression else "accuracy", "peak MB", "overhead [s]", "note"]
     out = []
-    for label, members in groups.items():
+    for label, by_batch in groups.items():
         rows = []
-        for j in sorted(members, key=lambda j: (j.batch is None, j.batch or 0)):
-            batch = "-" if j.batch is None else f"{j.batch:.0f}"
-            if j.outcome == "ok":
-                m = j.metrics
-                rows.append([batch, _f(m.get("time/first_epoch_s")), _f(m.get("time/median_epoch_s")),
-                             hms(m.get("time/total_s")), _score(j), _f(m.get("mem/peak_mb"), 0)])
+        for batch, members in sorted(by_batch.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+            shown_batch = "-" if batch is None else f"{batch:.0f}"
+            ok = [j for j in members if j.outcome == "ok"]
+            if ok:
+                col = lambda key: [j.metrics[key] for j in ok if key in j.metrics]  # noqa: E731
+                totals = col(names.TOTAL_S)
+                score = _median_spread(col(names.FINAL_RMSE if regression else names.FINAL_ACC), 2 if regression else 4)
+                rows.append([shown_batch, f"{len(ok)}/{len(members)}", _median_spread(col(names.FIRST_EPOCH_S)),
+                             _median_spread(col(names.MEDIAN_EPOCH_S)) if col(names.MEDIAN_EPOCH_S) else "n/a (1 epoch)",
+                             hms(statistics.median(totals)) if totals else "-", score,
+                             _median_spread(col(names.PEAK_MB), 0), _median_spread(col(names.OVERHEAD_S)), _note(ok)])
             else:
+                j = members[0]
                 n = (fits or {}).get(memory_key(j.params, j.tags)) if j.outcome == "oom" else None
                 shown = j.outcome.upper() + (f" (fits up to {n})" if n else "")
-                rows.append([batch, shown, "", "", "", _f(j.metrics.get("mem/peak_mb"), 0)])
+                rows.append([shown_batch, f"0/{len(members)}", shown, "", "", "", _f(j.metrics.get(names.PEAK_MB), 0), "", ""])
         out.append((label, md_table(headers, rows)))
     return out
 

@@ -113,6 +113,7 @@ class InferenceTask(Task):
             model.compile(mode=cfg.compile_mode, dynamic=False)
         with precision.autocast(device):  # bf16/fp16: every forward pass under autocast
             stats = summarize(time_forward(model, x, cfg.timing.mode, cfg.timing.warmup, cfg.timing.iters), data.batch)
+        job.measured_s = stats[names.WARMUP_S] + stats[names.INFER_WALL_S]
         job.writer.log_series(names.INFER_ITER_MS, stats.pop(names.INFER_ITER_MS))
         job.writer.log_metrics(stats)
         job.log.info("inference, timing.mode=%s: median %.3f ms per batch of %d", cfg.timing.mode,

@@ -4,6 +4,11 @@ The training job comes from :func:`sweeps.train.builder.build` (the same for one
 each rank of a data-parallel job); this module adds what happens around the epochs: FLOPs and
 MFU, compilation kept out of the timer, resume from a checkpoint, a checkpoint when one is due
 (outside the timed epoch), and the job-level summary.
+
+Under ``device=ddp`` every rank runs :meth:`TrainTask.run` with a rank-side job
+(:class:`sweeps.launch.rank.RankJob`): the ranks' epoch records are gathered and reduced after
+each epoch (:func:`sweeps.train.distributed.gather_epoch`), so every rank sees the same record and
+takes the same decisions (a diverged loss); only rank 0's job logs, journals and checkpoints.
 """
 from __future__ import annotations
 
@@ -12,10 +17,11 @@ import math
 import torch
 
 from sweeps import names
+from sweeps.data.loaders import describe_workers
 from sweeps.errors import Diverged
 from sweeps.models import count_parameters
 from sweeps.tasks.base import Task, register
-from sweeps.train import flops
+from sweeps.train import distributed, flops
 from sweeps.train.builder import build
 from sweeps.train.loop import summarize
 
@@ -31,9 +37,12 @@ class TrainTask(Task):
         cfg, data = self.cfg, self.data
         training = build(cfg, data, device, monitor=job.telemetry)
         job.writer.log_metrics({names.PARAMS: count_parameters(training.model)})
-        with_perf = flops.tracker(job.writer, training.model, data.spec, device, cfg.precision.name)
+        job.writer.set_tags({names.LOADER_TAG: describe_workers(cfg.dataset, device)})
+        with_perf = flops.tracker(job.writer, training.model, data.spec, device, cfg.precision.name,
+                                  devices=distributed.world_size())
         if cfg.compile:  # compiled and warmed up here, out of the epoch times
-            job.writer.log_metrics({names.COMPILE_S: training.compile()})
+            job.measured_s = training.compile()
+            job.writer.log_metrics({names.COMPILE_S: job.measured_s})
         start, elapsed = 1, 0.0
         state = job.resume_state
         if state is not None:
@@ -42,6 +51,7 @@ class TrainTask(Task):
             job.log.info("resuming from the checkpoint of epoch %d", state["epoch"])
 
         def after_epoch(rec: dict) -> None:  # outside the timed epoch: nothing here bends epoch times
+            rec = distributed.gather_epoch(rec)  # all ranks' record, reduced (one device: rec itself)
             with_perf(rec)
             job.epochs.append(rec)
             if not math.isfinite(rec[names.TRAIN_LOSS]):

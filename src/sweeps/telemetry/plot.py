@@ -59,9 +59,15 @@ def render(tel: "Telemetry", title: str = "") -> bytes:
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     edges = [(w.epoch, tel.rows[w.first][0], tel.rows[w.last][0]) for w in tel.windows]
     for ax, (ylabel, lines) in zip(axes, panels):
-        for epoch, t0, t1 in edges:  # training epochs shaded, evaluation and setup left white
-            ax.axvspan(t0, t1, color="0.88" if epoch % 2 else "0.94", lw=0, zorder=0)
-            ax.axvline(t0, color="0.6", lw=0.6, zorder=1)
+        # training epochs shaded, evaluation and setup left white: one artist per shade and one for
+        # the edges, whatever the number of epochs (an artist per epoch made 10,000 epochs take minutes)
+        band = ax.get_xaxis_transform()  # x in data, y in axes fraction
+        for parity, shade in ((1, "0.88"), (0, "0.94")):
+            spans = [(t0, t1 - t0) for epoch, t0, t1 in edges if epoch % 2 == parity]
+            if spans:
+                ax.broken_barh(spans, (0, 1), transform=band, color=shade, lw=0, zorder=0)
+        if edges:
+            ax.vlines([t0 for _, t0, _ in edges], 0, 1, transform=band, color="0.6", lw=0.6, zorder=1)
         for name, field, t, v in lines:
             ax.plot(t, v, lw=1.1, marker="." if len(t) < 40 else None, label=name or None, zorder=2,
                     drawstyle="steps-pre" if field in RATES else "default")

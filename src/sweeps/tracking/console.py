@@ -47,23 +47,27 @@ class EpochTable:
         return buf.getvalue()
 
 
-SUMMARY_COLUMNS = ("job", "outcome", "first epoch s", "median epoch s (2+)", "total", "final")
+SUMMARY_COLUMNS = ("job", "outcome", "first epoch s", "median epoch s (2+)", "total", "overhead", "final", "note")
 
 
 def summary_table(rows: Sequence[dict]) -> str:
     """Fixed-width table, one line per job.
 
     Each row: ``job`` (its overrides), ``outcome``, ``first_s``, ``median_s``, ``total_s`` (s or
-    None) and ``final`` (text such as ``acc 0.9123`` or ``rmse 54.1``). Jobs that did not finish
-    show their outcome in capitals (``OOM``) in place of the times.
+    None), ``overhead_s`` and ``overhead_frac`` (the job's wall time outside training, evaluation
+    and compilation), ``final`` (text such as ``acc 0.9123`` or ``rmse 54.1``) and ``note`` (why
+    the figure is unreliable, if it is). Jobs that did not finish show their outcome in capitals
+    (``OOM``) in place of the times.
     """
     lines = []
     for r in rows:
         if r["outcome"] == "ok":
+            overhead = "-" if r.get("overhead_s") is None else \
+                f"{r['overhead_s']:.1f} s ({100 * (r.get('overhead_frac') or 0):.0f}%)"
             cells = [r["job"], r["outcome"], _num(r.get("first_s")), _num(r.get("median_s")),
-                     hms(r.get("total_s")), r.get("final", "-")]
+                     hms(r.get("total_s")), overhead, r.get("final", "-"), r.get("note", "")]
         else:
-            cells = [r["job"], r["outcome"], r["outcome"].upper(), "", "", r.get("error", "")[:60]]
+            cells = [r["job"], r["outcome"], r["outcome"].upper(), "", "", "", r.get("error", "")[:60], ""]
         lines.append(cells)
     widths = [max(len(str(c)) for c in col) for col in zip(SUMMARY_COLUMNS, *lines)]
     fmt = lambda cells: "  ".join(f"{c!s:<{w}}" for c, w in zip(cells, widths)).rstrip()  # noqa: E731

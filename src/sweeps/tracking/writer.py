@@ -51,11 +51,14 @@ class RunWriter:
         self._thread.start()
 
     @classmethod
-    def attach(cls, client: MlflowClient, run_id: str) -> "RunWriter":
-        """Reopen an existing run (a killed job resuming): status back to RUNNING."""
+    def attach(cls, client: MlflowClient, run_id: str, reopen: bool = True) -> "RunWriter":
+        """Write to an existing run: a killed job resuming (``reopen``: status back to RUNNING), or
+        rank 0 of a data-parallel job logging into the run its job process opened and will close
+        (``reopen=False``: the status is left alone; :meth:`close`, never :meth:`end`)."""
         job = cls.__new__(cls)
         job._init(client, run_id)
-        client.update_run(run_id, status="RUNNING")
+        if reopen:
+            client.update_run(run_id, status="RUNNING")
         return job
 
     def log_params(self, params: dict[str, Any]) -> None:

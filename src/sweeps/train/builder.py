@@ -7,6 +7,7 @@ Single-device jobs and every rank of a data-parallel job (``device=ddp``) go thr
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,8 @@ from sweeps.train.loop import Trainer
 from sweeps.train.optim import make_optimizer, make_schedule, optimizer_kwargs
 from sweeps.train.precision import Precision, apply_precision, set_determinism
 from sweeps.train.speed import compile_and_warm, use_channels_last
+
+COMPILE_BACKEND_ENV = "SWEEPS_COMPILE_BACKEND"  # torch.compile backend (default inductor; tests: aot_eager)
 
 
 @dataclass
@@ -67,9 +70,11 @@ class Training:
     cfg: DictConfig
 
     def compile(self) -> float:
-        """``torch.compile`` and warm up every batch shape before the first epoch; seconds spent
-        (``time/compile_s``), kept out of the epoch times."""
-        return compile_and_warm(self.trainer, self.train_loader, self.test_loader, self.cfg.compile_mode)
+        """``torch.compile`` (backend ``$SWEEPS_COMPILE_BACKEND``, default ``inductor``) and warm up
+        every batch shape before the first epoch; seconds spent (``time/compile_s``), kept out of
+        the epoch times. Under DDP every rank warms up the same shapes (its own batch / world)."""
+        return compile_and_warm(self.trainer, self.train_loader, self.test_loader, self.cfg.compile_mode,
+                                backend=os.environ.get(COMPILE_BACKEND_ENV, "inductor"))
 
     def state_dict(self) -> dict:
         """What a checkpoint needs: trainer state and every RNG (the loader's shuffle included)."""
@@ -79,6 +84,8 @@ class Training:
         """Restore what :meth:`state_dict` saved."""
         self.trainer.load_state_dict(state)
         set_rng_state(state["rng"], self.train_loader)
+        if hasattr(self.train_loader, "set_epoch"):  # a DistributedSampler's permutation follows the epoch
+            self.train_loader.set_epoch(state["epoch"])
 
 
 def build(cfg: DictConfig, data: JobData, device: torch.device, monitor=None) -> Training:
@@ -99,8 +106,9 @@ def build(cfg: DictConfig, data: JobData, device: torch.device, monitor=None) ->
     trainer = Trainer(net, data.spec, optimizer, make_schedule(cfg.schedule, optimizer, cfg.epochs), device,
                       cfg.log_every_s, monitor=monitor, precision=precision, channels_last=channels_last)
     if cfg.dataset.loader == "device":
-        loaders = device_loaders(data.train, data.test, data.batch, device, cfg.dataset.augment, cfg.seed)
+        loaders = device_loaders(data.train, data.test, data.batch, device,
+                                 cfg.dataset.get("augment", False), cfg.seed)  # tensors: no augment field
     else:
         loaders = make_loaders(data.train, data.test, data.batch, device, default_workers(cfg.dataset, device), cfg.seed)
-    train_loader, test_loader = distributed.shard(loaders, data.batch)
+    train_loader, test_loader = distributed.shard(loaders, data.batch, cfg.seed)
     return Training(trainer, train_loader, test_loader, model, cfg)

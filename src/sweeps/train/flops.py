@@ -112,17 +112,21 @@ def perf_metrics(flops_per_example: float | None, peak: float | None, samples: i
     return {"perf/flops_per_s": achieved, **({"perf/mfu": achieved / peak} if peak else {})}
 
 
-def tracker(writer, model: nn.Module, spec: DataSpec, device: torch.device, precision: str) -> Callable[[dict], None]:
+def tracker(writer, model: nn.Module, spec: DataSpec, device: torch.device, precision: str,
+            devices: int = 1) -> Callable[[dict], None]:
     """Count the model's FLOPs once, log ``perf/flops_per_example`` and ``perf/peak_flops`` (job
     level) and the ``perf.peak`` tag through ``writer`` (``log_metrics``, ``set_tags``), and return
     a function that adds :func:`perf_metrics` to an epoch record in place. A model the counter
-    cannot handle only loses these metrics."""
+    cannot handle only loses these metrics. ``devices``: data-parallel ranks, each a ``device``
+    (the records then count all ranks' samples, so the peak is ``devices`` × one device's)."""
     try:
         per_example = training_flops_per_example(model, spec)
     except Exception as e:  # MFU is a bonus: never fail a job over it
         log.warning("FLOPs not counted (%s: %s): perf/flops_per_s and perf/mfu omitted", type(e).__name__, e)
         per_example = None
     peak, about = peak_flops(device, precision)
+    if peak and devices > 1:
+        peak, about = peak * devices, f"{devices} × {about}"
     writer.log_metrics({k: v for k, v in {"perf/flops_per_example": per_example, "perf/peak_flops": peak}.items() if v})
     writer.set_tags({"perf.peak": about})
 

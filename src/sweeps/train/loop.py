@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 import time
 from typing import Callable
 
@@ -17,6 +18,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from sweeps.data import DataSpec
+from sweeps.train.noise import HostLoad, spread
 from sweeps.train.precision import Precision
 from sweeps.train.timing import PHASES, PhaseTimer, synchronize, wall_clock
 
@@ -42,6 +44,7 @@ class Trainer:
         self.loss_fn = nn.MSELoss() if self.regression else nn.CrossEntropyLoss()
         self.timer = PhaseTimer(device)
         self.progress_after_s = progress_after_s
+        self.tty = sys.stderr.isatty()
         self.monitor = monitor  # epoch_start(epoch), epoch_end(epoch) -> {metric: value}
 
     def train_epoch(self, loader: DataLoader, desc: str) -> dict[str, float]:
@@ -51,7 +54,8 @@ class Trainer:
         loss_sum = torch.zeros((), device=dev)
         correct = torch.zeros((), device=dev, dtype=torch.long)
         seen = 0
-        bar = tqdm(loader, desc=desc, leave=False, delay=self.progress_after_s, disable=None)
+        # a progress bar only on a terminal: building one per epoch costs ~0.1 ms, a 10th of a tiny epoch
+        bar = tqdm(loader, desc=desc, leave=False, delay=self.progress_after_s) if self.tty else loader
         timer.start()
         for x, y in bar:
             x, y = self._input(x), y.to(dev, non_blocking=True)
@@ -70,7 +74,8 @@ class Trainer:
             self.scaler.update()
             self.optimizer.zero_grad(set_to_none=True)
             timer.mark()  # optimizer
-        bar.close()
+        if self.tty:
+            bar.close()
         phases = timer.summary()  # the one synchronize of the epoch (CUDA)
         out = {"train/loss": loss_sum.item() / max(seen, 1), "samples": seen,
                "phase/sum_s": phases["total_ms"] / 1e3, "steps": phases["steps"]}
@@ -128,19 +133,22 @@ class Trainer:
         at both edges), ``time/eval_s``, ``time/elapsed_s`` (since fit started), ``phase/sum_s``
         (Σ phase times, to compare with the epoch time), ``phase/{data,forward,backward,optimizer}_ms``
         (mean per iteration), ``perf/samples_per_s``, ``train/lr``, ``train/loss``, ``train/acc``,
-        ``mem/epoch_peak_mb``, the monitor's metrics for the training pass, and the test metrics of
+        ``mem/epoch_peak_mb``, ``host/other_cpu_pct`` (other processes' share of all cores during the
+        training pass, % — see :mod:`sweeps.train.noise`), the monitor's metrics for the training pass, and the test metrics of
         :meth:`evaluate` on epochs that evaluate: every ``eval_every``-th and the last
         (``time/eval_s`` is 0 on the others).
         """
         synchronize(self.device)
         t0 = time.perf_counter() - elapsed_s
-        peak_rss, process = 0, psutil.Process()
+        peak_rss, process, host = 0, psutil.Process(), HostLoad()
         for epoch in range(start_epoch, epochs + 1):
             lr = self.optimizer.param_groups[0]["lr"]
             if self.monitor is not None:  # the device is idle here: the last evaluation (or fit) ended synchronized
                 self.monitor.epoch_start(epoch)
+            host.start()
             with wall_clock(self.device) as train_clock:
                 rec = self.train_epoch(train_loader, f"epoch {epoch}/{epochs}")
+            rec["host/other_cpu_pct"] = host.stop()  # noise: other processes' share of the cores
             if self.monitor is not None:  # outside the timed block, after its closing synchronize
                 rec.update(self.monitor.epoch_end(epoch))
             eval_s = 0.0
@@ -164,8 +172,10 @@ class Trainer:
 
 
 def summarize(records: list[dict], regression: bool) -> dict[str, float]:
-    """Job-level metrics from the per-epoch records (``time/median_epoch_s`` needs ≥ 2 epochs:
-    the first epoch carries warm-up — cuDNN autotuning, allocator growth, worker start)."""
+    """Job-level metrics from the per-epoch records: first, median (epochs 2 on: the first carries
+    warm-up — cuDNN autotuning, allocator growth, worker start — so a 1-epoch job has none) and
+    total time, the spread of epochs 2+ (:func:`sweeps.train.noise.spread`), other processes' mean
+    CPU share over them (``host/other_cpu_mean_pct``), peak memory and the last evaluation's score."""
     if not records:
         return {}
     times = [r["time/epoch_s"] for r in records]
@@ -174,6 +184,10 @@ def summarize(records: list[dict], regression: bool) -> dict[str, float]:
            "mem/peak_mb": max(r["mem/epoch_peak_mb"] for r in records)}
     if len(times) > 1:
         out["time/median_epoch_s"] = statistics.median(times[1:])
+        out.update(spread(times[1:]))
+        loads = [r["host/other_cpu_pct"] for r in records[1:] if "host/other_cpu_pct" in r]
+        if loads:
+            out["host/other_cpu_mean_pct"] = statistics.fmean(loads)
     evaluated = [r for r in records if ("test/rmse" if regression else "test/acc") in r]
     if evaluated:
         out["test/final_rmse" if regression else "test/final_acc"] = evaluated[-1]["test/rmse" if regression else "test/acc"]

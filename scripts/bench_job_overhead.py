@@ -1,0 +1,223 @@
+#!/usr/bin/env python
+"""What a job costs as users run it: ``python -m sweeps ...`` (a subprocess, the study preset's
+defaults) against a hand-written loop on the same data, in the same run. Prints figures with
+their spread (min / median / max over ``--repeats``); asserts nothing.
+
+    python scripts/bench_job_overhead.py [--repeats 3] [--epochs 10000] [--only study5,study4,startup]
+
+- study 5 (``+experiment=tabular_cpu_vs_gpu device=cpu dataset.train_size=1000``: the 13-16-32-16-1
+  regressor, Adam 0.01, full batch, CPU): the marginal cost of an epoch, (wall of N epochs − wall
+  of 100) ÷ (N − 100), for sweeps' process and for the hand loop (the same model class, data,
+  optimizer and evaluation cadence, no bookkeeping). Target ≤ 1.25×. Flatness: from the run's
+  ``time/elapsed_s`` series, the per-epoch cost from epoch 2,000 to N within 10 % of that from
+  100 to 2,000.
+- study 4 (``+experiment=mnist_devices device=cpu``: MLP 784-1000-1000-10, batch 100, Adam): the
+  MNIST test split of ../shared/data (10,000 real digits, used as both splits: the training split
+  is not on this machine) — median epoch vs a bare loop over the same tensors (target ≤ 1.05×),
+  and the job's wall for 3 epochs vs bare loop + fixed start-up (target ≤ 1.15×).
+- start-up: a 10-job sweep of 1-epoch tiny jobs, (sweep wall − Σ training) ÷ 10 (target ≤ 1.0 s).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from mlflow import MlflowClient
+
+from sweeps.models import MLP
+from sweeps.tracking.env import fingerprint
+
+REPO = Path(__file__).resolve().parents[1]
+MNIST_RAW = REPO.parent / "shared" / "data" / "mnist-t10k" / "raw"
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SWEEPS_", "HYDRA_"))}
+
+
+def spread(values: list[float], fmt: str = "{:.3f}") -> str:
+    """``median [min, max]`` of ``values``."""
+    return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}, {fmt.format(max(values))}]"
+
+
+def sweeps_job(args: list[str], cwd: Path) -> tuple[float, MlflowClient]:
+    """Run ``python -m sweeps ARGS`` in ``cwd``; (process wall s, client on its store)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "sweeps", *args], cwd=cwd, env=ENV, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"sweeps failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return wall, MlflowClient(f"sqlite:///{cwd / 'mlruns' / 'mlflow.db'}")
+
+
+def last_run(client: MlflowClient, experiment: str):
+    exp = client.get_experiment_by_name(experiment)
+    return client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=1)[0]
+
+
+# ── study 5 ──────────────────────────────────────────────────────────────────────────────────
+STUDY5 = ["+experiment=tabular_cpu_vs_gpu", "device=cpu", "dataset.train_size=1000"]
+
+
+def hand_loop_study5(epochs: int, eval_every: int) -> float:
+    """The same job written by hand: seconds for ``epochs`` epochs (process already warm)."""
+    from sklearn.datasets import make_regression
+
+    x, y = (torch.as_tensor(a, dtype=torch.float32) for a in make_regression(2000, 13, noise=10.0, random_state=0))
+    y = ((y - y[:1000].mean()) / y[:1000].std()).unsqueeze(1)
+    xtr, ytr, xte, yte = x[:1000], y[:1000], x[1000:], y[1000:]
+    torch.manual_seed(0)
+    model = MLP((13,), 1, hidden=[16, 32, 16])
+    opt, loss_fn = torch.optim.Adam(model.parameters(), lr=0.01), torch.nn.MSELoss()
+    t0 = time.perf_counter()
+    for epoch in range(1, epochs + 1):
+        model.train()
+        loss = loss_fn(model(xtr), ytr)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if epoch % eval_every == 0 or epoch == epochs:
+            model.eval()
+            with torch.no_grad():
+                loss_fn(model(xte), yte).item()
+    return time.perf_counter() - t0
+
+
+def study5(repeats: int, epochs: int) -> None:
+    print(f"\n## study 5: {epochs} epochs, full batch, CPU — marginal cost per epoch")
+    eval_every = int(subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); "
+                                     "from conftest import compose; print(compose(%r).eval.every_epochs)" % STUDY5],
+                                    cwd=REPO, env=ENV, capture_output=True, text=True, check=True).stdout.strip())
+    print("command:", "python -m sweeps", " ".join(STUDY5), f"epochs={epochs}", f"(eval.every_epochs={eval_every})")
+    ours, hand, flat = [], [], []
+    for r in range(repeats):
+        walls = {}
+        for n in (100, epochs):
+            with tempfile.TemporaryDirectory() as tmp:
+                walls[n], client = sweeps_job([*STUDY5, f"epochs={n}"], Path(tmp))
+                if n == epochs:
+                    run = last_run(client, "tabular_cpu_vs_gpu")
+                    elapsed = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "time/elapsed_s")}
+                    mid = min(2000, epochs // 2)
+                    early = (elapsed[mid] - elapsed[100]) / (mid - 100)
+                    late = (elapsed[epochs] - elapsed[mid]) / (epochs - mid)
+                    flat.append(late / early)
+        ours.append((walls[epochs] - walls[100]) / (epochs - 100))
+        hand_walls = {n: hand_loop_study5(n, eval_every) for n in (100, epochs)}
+        hand.append((hand_walls[epochs] - hand_walls[100]) / (epochs - 100))
+        print(f"  repeat {r}: sweeps {1e3 * ours[-1]:.3f} ms/epoch, hand loop {1e3 * hand[-1]:.3f} ms/epoch, "
+              f"late/early {flat[-1]:.3f}")
+    ratios = [a / b for a, b in zip(ours, hand)]
+    print(f"sweeps marginal ms/epoch {spread([1e3 * v for v in ours])}; hand loop {spread([1e3 * v for v in hand])}")
+    print(f"ratio sweeps ÷ hand {spread(ratios)} (target ≤ 1.25); flatness late ÷ early {spread(flat)} (target 0.9–1.1)")
+
+
+# ── study 4 ──────────────────────────────────────────────────────────────────────────────────
+def mnist_root(tmp: Path) -> Path:
+    """An MNIST root torchvision reads: the real t10k files as both the test and the training split."""
+    raw = tmp / "mnist" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for kind in ("images-idx3", "labels-idx1"):
+        src = MNIST_RAW / f"t10k-{kind}-ubyte.gz"
+        for split in ("train", "t10k"):
+            with gzip.open(src) as f, open(raw / f"{split}-{kind}-ubyte", "wb") as out:
+                shutil.copyfileobj(f, out)
+    return tmp / "mnist"
+
+
+def bare_loop_study4(root: Path, epochs: int) -> tuple[list[float], float]:
+    """Per-epoch seconds of a bare loop over the same normalised tensors (batch 100, Adam), and the
+    set-up time (reading the files)."""
+    from torchvision import datasets
+
+    t0 = time.perf_counter()
+    ds = datasets.MNIST(root, train=True, download=False)
+    x = ((ds.data.float() / 255 - 0.1307) / 0.3081).unsqueeze(1)
+    y = ds.targets
+    setup = time.perf_counter() - t0
+    torch.manual_seed(0)
+    model = MLP((1, 28, 28), 10)
+    opt, loss_fn = torch.optim.Adam(model.parameters(), lr=0.001), torch.nn.CrossEntropyLoss()
+    times = []
+    for _ in range(epochs):
+        t = time.perf_counter()
+        for idx in torch.randperm(len(x)).split(100):
+            loss = loss_fn(model(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        times.append(time.perf_counter() - t)
+    return times, setup
+
+
+def study4(repeats: int) -> None:
+    print("\n## study 4: MNIST MLP 784-1000-1000-10, batch 100, CPU, 3 epochs (10,000 real digits per epoch)")
+    if not MNIST_RAW.is_dir():
+        print(f"skipped: {MNIST_RAW} is not here")
+        return
+    epoch_ratio, wall_ratio = [], []
+    for r in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = mnist_root(Path(tmp))
+            args = ["+experiment=mnist_devices", "device=cpu", f"dataset.root={root}", "epochs=3",
+                    "dataset.if_missing=stop"]
+            wall, client = sweeps_job(args, Path(tmp))
+            m = last_run(client, "mnist_devices").data.metrics
+            bare, setup = bare_loop_study4(root, 3)
+            bare_median = statistics.median(bare[1:])
+            startup = m["time/job_s"] - m["time/total_s"]  # the job's own start-up, as sweeps measured it
+            epoch_ratio.append(m["time/median_epoch_s"] / bare_median)
+            wall_ratio.append(m["time/job_s"] / (sum(bare) + setup + startup))
+            print(f"  repeat {r}: sweeps median epoch {m['time/median_epoch_s']:.3f} s (process {wall:.1f} s, job "
+                  f"{m['time/job_s']:.2f} s, start-up {startup:.2f} s, overhead {m['time/overhead_s']:.2f} s); "
+                  f"bare loop {bare_median:.3f} s/epoch")
+    print(f"median epoch sweeps ÷ bare {spread(epoch_ratio)} (target ≤ 1.05); "
+          f"job wall ÷ (bare + start-up) {spread(wall_ratio)} (target ≤ 1.15)")
+
+
+# ── start-up ─────────────────────────────────────────────────────────────────────────────────
+TINY = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=256",
+        "dataset.test_size=64", "batch=64", "epochs=1", "device=cpu"]
+
+
+def startup(repeats: int, jobs: int = 10) -> None:
+    print(f"\n## fixed start-up: a {jobs}-job sweep of 1-epoch tiny jobs")
+    per_job = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            wall, client = sweeps_job(["-m", f"seed=range(0,{jobs})", *TINY], Path(tmp))
+            exp = client.get_experiment_by_name("sweeps")
+            children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+            training = sum(r.data.metrics.get("time/total_s", 0.0) for r in children)
+            per_job.append((wall - training) / jobs)
+    print(f"(sweep wall − Σ training) ÷ {jobs}: {spread(per_job, '{:.2f}')} s per job (target ≤ 1.0)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=10_000)
+    ap.add_argument("--only", default="study5,study4,startup")
+    args = ap.parse_args()
+    fp = fingerprint()
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}  {fp['cpu']['model']} ({fp['cpu']['cores']} logical cores), "
+          f"{fp['ram_gb']:.1f} GB; Python {platform.python_version()}, torch {torch.__version__}; "
+          f"load average {os.getloadavg()[0]:.2f}")
+    parts = args.only.split(",")
+    if "study5" in parts:
+        study5(args.repeats, args.epochs)
+    if "study4" in parts:
+        study4(args.repeats)
+    if "startup" in parts:
+        startup(args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""The job context writes one outcome and a matching run status on every way a job ends: a signal
+during training, during evaluation, during the checkpoint write, during the job's own finishing,
+and a second Ctrl-C while it finishes. What stderr would say matches what MLflow says."""
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from conftest import runs, store
+from sweeps.launch import cli, signals
+from sweeps.launch.job import LAST_JOB
+from sweeps.tracking.epochs import EpochLog
+from sweeps.train import checkpoint
+from sweeps.train.loop import Trainer
+
+TINY = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=64",
+        "dataset.test_size=16", "batch=16", "epochs=3", "device=cpu", "telemetry.interval_s=0",
+        "checkpoint.every_epochs=1"]
+
+
+@pytest.fixture(autouse=True)
+def sweep_signals():
+    """The handlers a sweep process installs (SIGTERM raises Terminated), restored afterwards."""
+    saved = {s: signal.getsignal(s) for s in signals.SIGNALS}
+    signals.install()
+    LAST_JOB.clear()
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
+
+
+def _signal_on(monkeypatch, owner, attr, sig, when=lambda *a, **k: True, before=True):
+    """Make ``owner.attr`` send ``sig`` to this process when ``when(*args)`` holds, before (or
+    after) doing its work."""
+    original = getattr(owner, attr)
+
+    def wrapped(*args, **kwargs):
+        if before and when(*args, **kwargs):
+            os.kill(os.getpid(), sig)
+        out = original(*args, **kwargs)
+        if not before and when(*args, **kwargs):
+            os.kill(os.getpid(), sig)
+        return out
+    monkeypatch.setattr(owner, attr, wrapped)
+
+
+def _the_run(tmp_path):
+    (run,) = runs(tmp_path)
+    return run
+
+
+def _assert_killed(tmp_path, sig_name):
+    run = _the_run(tmp_path)
+    assert run.info.status == "KILLED" and run.data.tags["outcome"] == "killed", run.data.tags
+    assert sig_name in run.data.tags["error"]
+    assert LAST_JOB["outcome"] == "killed"
+    assert "is KILLED" in cli.interrupted_message(sig_name)
+    return run
+
+
+def test_sigint_during_training_ends_the_run_killed_and_keeps_the_epochs(tmp_path, in_process, monkeypatch):
+    calls = iter(range(100))
+    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a: next(calls) == 1)
+    with pytest.raises(KeyboardInterrupt):
+        in_process(TINY)
+    run = _assert_killed(tmp_path, "SIGINT")
+    assert [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, "train/loss")] == [1]
+
+
+def test_sigterm_during_evaluation(tmp_path, in_process, monkeypatch):
+    _signal_on(monkeypatch, Trainer, "evaluate", signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        in_process(TINY)
+    assert getattr(caught.value, "signal_name", "") == "SIGTERM"
+    _assert_killed(tmp_path, "SIGTERM")
+
+
+def test_sigint_during_the_checkpoint_write_leaves_no_partial_file(tmp_path, in_process, monkeypatch):
+    real_save = checkpoint.torch.save
+
+    def save_then_interrupt(obj, f):
+        real_save(obj, f)
+        f.flush()
+        os.kill(os.getpid(), signal.SIGINT)  # the file is written but not yet renamed into place
+    monkeypatch.setattr(checkpoint.torch, "save", save_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        in_process(TINY)
+    _assert_killed(tmp_path, "SIGINT")
+    assert not list((tmp_path / "checkpoints").rglob(".tmp-*")), "a half-written checkpoint was left behind"
+
+
+def test_signal_while_the_job_finishes_keeps_its_real_outcome(tmp_path, in_process, monkeypatch):
+    _signal_on(monkeypatch, EpochLog, "csv", signal.SIGINT)  # epochs.csv is written while finishing
+    with pytest.raises(KeyboardInterrupt):
+        in_process(TINY)
+    run = _the_run(tmp_path)
+    assert run.info.status == "FINISHED" and run.data.tags["outcome"] == "ok"  # it had ended: not killed
+    assert "ended ok" in cli.interrupted_message("SIGINT")
+    assert [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, "train/loss")] == [1, 2, 3]
+
+
+def test_a_second_ctrl_c_while_finishing_does_not_cut_the_close_short(tmp_path, in_process, monkeypatch):
+    calls = iter(range(100))
+    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a: next(calls) == 1)
+    _signal_on(monkeypatch, EpochLog, "csv", signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        in_process(TINY)
+    run = _assert_killed(tmp_path, "SIGINT")
+    artifacts = {a.path for a in store(tmp_path).list_artifacts(run.info.run_id)}
+    assert "epochs.csv" in artifacts  # the close ran to its end despite the second signal
+    assert run.data.metrics["time/first_epoch_s"] > 0
+
+
+@pytest.mark.parametrize("model, outcome, status", [(["model=oom_above", "model.max_batch=8"], "oom", "FINISHED"),
+                                                   (["model=broken"], "error", "FAILED")])
+def test_failures_are_outcomes_with_their_status(tmp_path, in_process, model, outcome, status):
+    overrides = [o for o in TINY if not o.startswith("model")] + model
+    assert in_process(overrides) == outcome
+    run = _the_run(tmp_path)
+    assert run.info.status == status and run.data.tags["outcome"] == outcome and run.data.tags["error"]
+    assert "\n" not in run.data.tags["error"]
+
+
+def test_non_finite_loss_ends_the_job_diverged(tmp_path, in_process):
+    assert in_process([*TINY, "optimizer.base_lr=1e12"]) == "diverged"
+    run = _the_run(tmp_path)
+    assert run.data.tags["outcome"] == "diverged" and "learning rate" in run.data.tags["error"]
