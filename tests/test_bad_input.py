@@ -1,9 +1,19 @@
-"""Bad input stops with one clear line that names the key or path and says what would work."""
+"""Bad input stops with one clear line that names the key or path and says what would work.
+
+Most cases run the job in-process (``in_process``): bad input raises :class:`UsageError`, whose
+message is the one line the CLI prints (``sweeps: error: ...``, exit 2), and a composition error
+raises Hydra's exception, whose text is what the CLI prints (exit 1). One case per CLI path runs
+the real process: a bad value, a composition error, an unknown preset, the design card's sweep
+offline — exit status, one line on stderr, no traceback."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from conftest import run_cli, store
+from sweeps.errors import UsageError
 
 
 def _one_error_line(proc) -> str:
@@ -14,42 +24,69 @@ def _one_error_line(proc) -> str:
     return lines[0]
 
 
+def _usage_error(in_process, overrides: list[str]) -> str:
+    """The one line the CLI would print after ``sweeps: error:`` (then exit 2): the UsageError's
+    message. Nothing was started: no job run in the store."""
+    with pytest.raises(UsageError) as caught:
+        in_process(overrides)
+    line = str(caught.value)
+    assert line and "\n" not in line, line
+    cwd = Path.cwd()  # in_process runs in tmp_path
+    if (cwd / "mlruns" / "mlflow.db").exists():
+        client = store(cwd)
+        exp = client.get_experiment_by_name("sweeps")
+        assert exp is None or not client.search_runs([exp.experiment_id]), "a job run was started"
+    return line
+
+
+def test_bad_value_is_one_line_on_stderr_and_exit_2(tmp_path, tiny):
+    """The CLI path of every UsageError below: one line on stderr, no traceback, exit 2."""
+    proc = run_cli(["model=mlp", *tiny, "batch=0"], tmp_path)
+    assert proc.returncode == 2
+    line = _one_error_line(proc)
+    assert "batch=0" in line and "positive integer" in line
+
+
 @pytest.mark.parametrize("override, names, hint", [
     ("batch=0", "batch=0", "positive integer"),
     ("batch=abc", "batch='abc'", "batch=full"),
     ("epochs=0", "epochs=0", "positive integer"),
     ("optimizer.base_lr=-0.1", "optimizer.base_lr=-0.1", "positive"),
 ])
-def test_bad_values(tmp_path, tiny, override, names, hint):
-    line = _one_error_line(run_cli(["model=mlp", *tiny, override], tmp_path))
+def test_bad_values(in_process, tiny, override, names, hint):
+    line = _usage_error(in_process, ["model=mlp", *tiny, override])
     assert names in line and hint in line
 
 
-def test_subset_larger_than_the_data(tmp_path):
-    line = _one_error_line(run_cli(["model=mlp_tabular", "dataset=diabetes", "dataset.train_size=5000",
-                                    "device=cpu", "epochs=1"], tmp_path))
+def test_subset_larger_than_the_data(in_process):
+    line = _usage_error(in_process, ["model=mlp_tabular", "dataset=diabetes", "dataset.train_size=5000",
+                                     "device=cpu", "epochs=1"])
     assert "dataset.train_size=5000" in line and "at most 354" in line
 
 
 def test_unknown_model_fails_at_composition_with_the_options(tmp_path):
+    """The CLI path of a composition error: Hydra's message, no traceback, exit 1."""
     proc = run_cli(["model=resnet5"], tmp_path)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[0] == "In 'config': Could not find 'model/resnet5'"
     assert "resnet50" in proc.stderr and "cnn10" in proc.stderr
+    assert not (tmp_path / "mlruns").exists()  # nothing started
 
 
 @pytest.mark.parametrize("override, key", [("model.widht=3", "widht"), ("epochs=abc", "epochs"),
                                            ("dataset.rooot=x", "rooot")])
-def test_typos_and_types_fail_at_composition(tmp_path, override, key):
-    proc = run_cli([override], tmp_path)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert key in proc.stderr.splitlines()[0] or key in proc.stderr.splitlines()[1]
+def test_typos_and_types_fail_at_composition(tmp_path, in_process, override, key):
+    """What the CLI prints for these is the exception's text, then its cause's (exit 1)."""
+    with pytest.raises(ConfigCompositionException) as caught:
+        in_process([override])
+    text = str(caught.value) + "\n" + str(caught.value.__cause__ or "")
+    assert key in text.splitlines()[0] or key in text.splitlines()[1]
     assert not (tmp_path / "mlruns").exists()  # nothing started
 
 
-def test_missing_imagefolder_root(tmp_path):
-    line = _one_error_line(run_cli(["model=mlp", "dataset=imagefolder", f"dataset.root={tmp_path}/nowhere",
-                                    "device=cpu", "epochs=1"], tmp_path))
+def test_missing_imagefolder_root(tmp_path, in_process):
+    line = _usage_error(in_process, ["model=mlp", "dataset=imagefolder", f"dataset.root={tmp_path}/nowhere",
+                                     "device=cpu", "epochs=1"])
     assert "dataset.root=" in line and "nowhere" in line and "train/" in line
 
 
@@ -71,15 +108,21 @@ def test_unknown_preset(tmp_path):
     assert "experiment/nope" in proc.stderr.splitlines()[0]
 
 
-def test_empty_imagefolder(tmp_path):
+def test_unknown_preset_lists_the_presets(in_process):
+    with pytest.raises(MissingConfigException) as caught:
+        in_process(["+experiment=nope"])
+    assert "experiment/nope" in str(caught.value).splitlines()[0] and "smoke" in str(caught.value)
+
+
+def test_empty_imagefolder(tmp_path, in_process):
     for split in ("train", "val"):
         (tmp_path / "imgs" / split).mkdir(parents=True)
-    line = _one_error_line(run_cli(["model=mlp", "dataset=imagefolder", f"dataset.root={tmp_path / 'imgs'}",
-                                    "device=cpu", "epochs=1"], tmp_path))
+    line = _usage_error(in_process, ["model=mlp", "dataset=imagefolder", f"dataset.root={tmp_path / 'imgs'}",
+                                     "device=cpu", "epochs=1"])
     assert "dataset.root=" in line and "class folder" in line.lower()
 
 
-def test_corrupt_image_is_named_in_one_line(tmp_path):
+def test_corrupt_image_is_named_in_one_line(tmp_path, in_process):
     from PIL import Image
 
     for split in ("train", "val"):
@@ -89,8 +132,8 @@ def test_corrupt_image_is_named_in_one_line(tmp_path):
             for i in range(4):
                 Image.new("L", (8, 8), color=40 * i).save(d / f"{i}.png")
     (tmp_path / "imgs" / "train" / "b" / "3.png").write_bytes(b"\x89PNG broken")
-    line = _one_error_line(run_cli(["model=mlp", "dataset=imagefolder", f"dataset.root={tmp_path / 'imgs'}",
-                                    "batch=4", "device=cpu", "epochs=1"], tmp_path))
+    line = _usage_error(in_process, ["model=mlp", "dataset=imagefolder", f"dataset.root={tmp_path / 'imgs'}",
+                                     "batch=4", "device=cpu", "epochs=1"])
     assert "cannot read image" in line and "b/3.png" in line
 
 
@@ -104,17 +147,17 @@ def test_corrupt_image_met_in_a_loader_worker_is_named():
     assert classify(OSError(text)) == ("error", "PIL.UnidentifiedImageError: cannot identify image file 'a/3.png'")
 
 
-def test_unwritable_mlruns(tmp_path, tiny):
+def test_unwritable_mlruns(tmp_path, tiny, in_process):
     (tmp_path / "mlruns").write_text("a file where the store's folder should be")
-    line = _one_error_line(run_cli(["model=mlp", *tiny], tmp_path))
+    line = _usage_error(in_process, ["model=mlp", *tiny])
     assert "mlruns" in line and "mlflow.tracking_uri" in line
 
 
-def test_unreachable_tracking_server_fails_fast(tmp_path, tiny):
+def test_unreachable_tracking_server_fails_fast(tmp_path, tiny, in_process):
     import time
 
     t0 = time.monotonic()
-    line = _one_error_line(run_cli(["model=mlp", *tiny, "mlflow.tracking_uri=http://127.0.0.1:9"], tmp_path))
+    line = _usage_error(in_process, ["model=mlp", *tiny, "mlflow.tracking_uri=http://127.0.0.1:9"])
     assert "http://127.0.0.1:9" in line and "does not answer" in line
     assert time.monotonic() - t0 < 60  # seconds, not MLflow's minutes of retries
 
@@ -137,6 +180,6 @@ def test_cuda_index_out_of_range(monkeypatch):
 @pytest.mark.parametrize("override, names", [("timing.mode=fast", "timing.mode='fast'"),
                                              ("dataset.if_missing=ignore", "dataset.if_missing='ignore'"),
                                              ("task=serve", "task='serve'")])
-def test_unknown_values(tmp_path, tiny, override, names):
-    line = _one_error_line(run_cli(["model=mlp", *tiny, override], tmp_path))
+def test_unknown_values(in_process, tiny, override, names):
+    line = _usage_error(in_process, ["model=mlp", *tiny, override])
     assert names in line and "use" in line

@@ -43,3 +43,17 @@ def test_no_metric_is_both_a_per_epoch_series_and_a_summary():
 def test_the_names_module_loads_without_torch():
     code = "import sys, sweeps.names; assert 'torch' not in sys.modules, 'torch loaded'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_comments_that_list_options_in_config_yaml_name_exactly_the_options():
+    listed = {}
+    for line in (REPO / "conf" / "config.yaml").read_text().splitlines():
+        m = re.match(r"\s*-\s*(\w+):\s*\w+\s*#\s*([\w ]+(?:\|[\w ]+)+)", line)
+        if m:
+            listed[m.group(1)] = {o.strip().split()[0] for o in m.group(2).split("|")}
+        m = re.match(r"task:\s*\w+\s*#\s*(.*)", line)
+        if m:
+            listed["task"] = {o.strip().split()[0] for o in m.group(1).split("|")}
+    assert set(listed) == set(names.GROUP_OPTIONS)
+    for group, options in listed.items():
+        assert options == set(names.GROUP_OPTIONS[group]), group

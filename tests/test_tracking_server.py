@@ -2,6 +2,7 @@
 sweep logged to it over HTTP, and the runs read back through the server."""
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -22,25 +23,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow  # server start-up plus a 2-job sweep: ~45 s here
-def test_sweep_logs_to_a_tracking_server_over_http(tmp_path):
+def _start_server(tmp_path, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """``mlflow server`` (1 worker, sqlite) on a free loopback port, answering /health."""
     port = _free_port()
     uri = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                                "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
                                "--artifacts-destination", str(tmp_path / "artifacts")],
-                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, **(env or {})})
+    deadline = time.monotonic() + START_S
+    while True:
+        try:
+            if requests.get(f"{uri}/health", timeout=2).ok:
+                return server, uri
+        except requests.RequestException:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            raise AssertionError(f"mlflow server did not answer /health within {START_S} s (exit {server.poll()})")
+        time.sleep(0.5)
+
+
+@pytest.mark.slow  # server start-up plus a 2-job sweep: ~45 s here
+def test_sweep_logs_to_a_tracking_server_over_http(tmp_path):
+    server, uri = _start_server(tmp_path)
     try:
-        deadline = time.monotonic() + START_S
-        while True:
-            try:
-                if requests.get(f"{uri}/health", timeout=2).ok:
-                    break
-            except requests.RequestException:
-                pass
-            assert server.poll() is None, f"mlflow server exited with {server.returncode}"
-            assert time.monotonic() < deadline, f"mlflow server did not answer /health within {START_S} s"
-            time.sleep(0.5)
         job_dir = tmp_path / "jobs"
         job_dir.mkdir()
         proc = run_cli(["-m", "model=mlp", "batch=16,32", "dataset=synthetic", "dataset.shape=[1,8,8]",
@@ -56,6 +64,36 @@ def test_sweep_logs_to_a_tracking_server_over_http(tmp_path):
         assert len(found) == 3 and len(children) == 2
         assert all(r.data.tags["outcome"] == "ok" and "test/final_acc" in r.data.metrics for r in children)
         assert "config.yaml" in [a.path for a in client.list_artifacts(children[0].info.run_id)]
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+
+
+@pytest.mark.slow  # a server with a one-connection pool and 4 concurrent jobs of 300 short epochs: ~1-2 min
+def test_an_overloaded_server_gets_every_epoch_exactly_once(tmp_path):
+    """A server that can serve one request at a time (pool size 1, no overflow) and 4 jobs logging
+    at once: the jobs never fail or wait on it (metrics go from a background writer, retried), and
+    every epoch of every job reaches it once."""
+    server, uri = _start_server(tmp_path, {"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "1",
+                                           "MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW": "0"})
+    try:
+        job_dir = tmp_path / "jobs"
+        job_dir.mkdir()
+        epochs = 300
+        proc = run_cli(["-m", "hydra/launcher=gpu_pool", "hydra.launcher.n_jobs=4", "seed=0,1,2,3", "model=mlp",
+                        "model.hidden=[8]", "dataset=synthetic", "dataset.shape=[4]", "dataset.train_size=32",
+                        "dataset.test_size=8", "batch=full", f"epochs={epochs}", "device=cpu",
+                        "telemetry.interval_s=0", f"mlflow.tracking_uri={uri}", "mlflow.experiment=busy",
+                        TEST_CONF], job_dir, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name("busy")
+        children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+        assert len(children) == 4 and all(r.data.tags["outcome"] == "ok" for r in children)
+        for run in children:
+            for key in ("train/loss", "time/epoch_s"):
+                steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+                assert sorted(steps) == list(range(1, epochs + 1)), (key, len(steps))
     finally:
         server.kill()
         server.wait(timeout=30)

@@ -36,7 +36,9 @@ PHASES = ("data", "forward", "backward", "optimizer")  # the timed phases of a t
 # ── tags ────────────────────────────────────────────────────────────────────────────────────
 OUTCOME_TAG, ERROR_TAG = "outcome", "error"
 OVERRIDES_TAG = "sweeps.overrides"  # the job's swept key=value pairs
-HASH_TAG = "sweeps.config_hash"  # a job's identity (resume)
+HASH_TAG = "sweeps.config_hash"  # a job's identity (resume): its config, data and hardware
+DATA_TAG = "sweeps.data_fingerprint"  # the data part of the identity (sweeps.data.fingerprint)
+HARDWARE_TAG = "sweeps.hardware"  # the hardware part: host / device model
 PID_TAG, HOST_TAG = "sweeps.pid", "sweeps.host"  # who owns a RUNNING run
 RESUMED_TAG = "resumed"
 KIND_TAG = "sweeps.kind"  # "sweep" on a parent run

@@ -107,6 +107,9 @@ class DeviceBatches:
         return -(-self.n // self.batch_size)
 
     def __iter__(self):
+        if self.batch_size >= self.n and self.mean is None:  # full batch of stored features: its
+            yield self.x, self.y  # mean gradient does not depend on the order, so no permutation or copy
+            return
         order = (torch.randperm(self.n, generator=self.generator, device=self.device) if self.shuffle
                  else torch.arange(self.n, device=self.device))
         for start in range(0, self.n, self.batch_size):

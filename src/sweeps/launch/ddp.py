@@ -10,7 +10,8 @@ shared permutation per epoch, gradients averaged, records gathered once per epoc
 
 - Rank 0 logs every epoch as it ends into the job's run and its journal; the job process never
   writes the journal while ranks run, and once they have ended (any way) it reads rank 0's
-  records back from it, so the job's summary and ``epochs.csv`` are those of one device.
+  records back from it, so the job's summary and ``epochs.csv`` are those of one device (and,
+  unless every rank ended ok, it sends the run what rank 0 may have died with still queued).
 - A rank that fails writes one JSON line per failure and exits; the agent (polling every
   :data:`MONITOR_S`) stops the other ranks at once; this module raises the earliest failure as
   what a one-device job would have raised: :class:`torch.OutOfMemoryError` (``oom``),
@@ -39,6 +40,7 @@ from sweeps.launch import rank as rank_process
 from sweeps.tracking import store
 from sweeps.tracking.epochs import read_journal
 
+log = logging.getLogger("sweeps")
 MONITOR_S = 0.1  # s between the agent's checks of the ranks: how soon a failed rank stops the others
 DEFAULT_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's
 
@@ -89,17 +91,21 @@ def launch(job, journal: Path) -> None:
     work = Path(tempfile.mkdtemp(prefix="sweeps-ddp-"))  # the ranks' failure files and torch's logs
     log_format, log_targets = _log_setup()
     spec = rank_process.RankSpec(
-        cfg=OmegaConf.to_container(cfg, resolve=True), backend=backend(cfg.device), tracking_uri=store.tracking_uri(cfg),
-        run_id=job.run_id, run_dir=str(job.checkpoints.directory.resolve()), journal=str(journal.resolve()),
-        resume=job.resume_state is not None, error_dir=str(work), log_format=log_format, log_targets=log_targets)
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg.device.gpus, run_id=f"sweeps-{uuid.uuid4().hex[:8]}",
-                          rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{_free_port()}", max_restarts=0,
-                          rdzv_configs={"timeout": int(cfg.device.timeout_s)}, monitor_interval=MONITOR_S,
-                          start_method="spawn", logs_specs=DefaultLogsSpecs(log_dir=str(work / "torch")))
+        cfg=OmegaConf.to_container(cfg, resolve=True), backend=backend(cfg.device),
+        tracking_uri=store.tracking_uri(cfg), run_id=job.run_id, run_dir=str(job.checkpoints.directory.resolve()),
+        journal=str(journal.resolve()), resume=job.resume_state is not None, work_dir=str(work),
+        log_format=log_format, log_targets=log_targets)
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg.device.gpus, max_restarts=0,
+                          run_id=f"sweeps-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",
+                          rdzv_endpoint=f"127.0.0.1:{_free_port()}", rdzv_configs={"timeout": int(cfg.device.timeout_s)},
+                          monitor_interval=MONITOR_S, start_method="spawn",
+                          logs_specs=DefaultLogsSpecs(log_dir=str(work / "torch")))
     # the launcher installs its own SIGINT/SIGTERM/... handlers and leaves them: keep the job's
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
+    ended_ok = False
     try:
         elastic_launch(config, rank_process.main)(spec)
+        ended_ok = True
     except ChildFailedError as e:
         raise first_failure(work, e) from None
     except SignalException as e:  # the ranks are stopped; the job ends killed as without ddp
@@ -111,14 +117,23 @@ def launch(job, journal: Path) -> None:
             except (ValueError, TypeError):  # not the main thread, or a handler set outside Python
                 pass
         job.epochs.records = read_journal(journal)  # rank 0's, resumed epochs included
+        try:  # compilation: measured work, not overhead
+            job.measured_s = float((work / rank_process.MEASURED).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
         shutil.rmtree(work, ignore_errors=True)
+        if not ended_ok and job.epochs.records:  # rank 0 may have been killed with metrics still queued
+            try:
+                job.writer.replay(job.epochs.records)
+            except Exception as e:  # the journal and epochs.csv still hold them
+                log.warning("MLflow: rank 0's journal not replayed (%s: %s)", type(e).__name__, e)
 
 
-def first_failure(error_dir: Path, exc: Exception) -> Exception:
+def first_failure(work_dir: Path, exc: Exception) -> Exception:
     """The exception to end the job with: the earliest of the ranks' failure files (see
     :mod:`sweeps.launch.rank`), else what the launcher says of the first rank that exited."""
     reports = []
-    for path in error_dir.glob("rank*.json"):
+    for path in work_dir.glob("rank*.json"):
         try:
             reports.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
@@ -126,7 +141,7 @@ def first_failure(error_dir: Path, exc: Exception) -> Exception:
     if not reports:  # killed (OOM killer, SIGKILL) or crashed before it could say why
         failures = getattr(exc, "failures", {})
         if not failures:
-            return RuntimeError(f"a data-parallel rank failed: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc!r}")
+            return RuntimeError(f"a data-parallel rank failed: {(str(exc).strip() or repr(exc)).splitlines()[0]}")
         rank, failure = exc.get_first_failure()
         how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit status {failure.exitcode}"
         return RuntimeError(f"data-parallel rank {rank} died ({how}) without reporting an error")

@@ -75,6 +75,9 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     oc.release_memory(job.device)
     oc.note(outcome)
     try:
+        job.writer.flush()
+        if job.writer.lost:  # the store refused some values after every retry: late, not never
+            job.writer.replay(records)
         job.writer.set_tags({names.OUTCOME_TAG: outcome, **({names.ERROR_TAG: error} if error else {})})
         job.writer.end(STATUS.get(outcome, "FINISHED"))
     except Exception as e:

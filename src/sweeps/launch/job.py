@@ -29,7 +29,8 @@ from sweeps.launch.sweep import print_summary
 from sweeps.tasks.base import Task, create, settings_of_other_tasks
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import resume, store
-from sweeps.tracking.env import environment_tags, fingerprint_json
+from sweeps.data.fingerprint import data_fingerprint
+from sweeps.tracking.env import environment_tags, fingerprint_json, hardware
 from sweeps.tracking.epochs import EpochLog, read_journal
 from sweeps.tracking.writer import RunWriter
 from sweeps.train.checkpoint import Checkpoints
@@ -70,10 +71,11 @@ class JobRun:
 
     def __init__(self, cfg: DictConfig, task: Task, client, experiment_id: str, name: str,
                  choices: dict[str, str], multirun: bool, config_hash: str, previous=None,
-                 started_at: float | None = None):
+                 started_at: float | None = None, identity: dict[str, str] | None = None):
         self.cfg, self.task, self.client, self.experiment_id = cfg, task, client, experiment_id
         self.name, self.choices, self.multirun, self.config_hash = name, choices, multirun, config_hash
         self.previous = previous
+        self.identity = identity or {}  # data fingerprint and hardware: tags beside the hash
         self.writer: RunWriter | None = None
         self.telemetry = self.device = self.resume_state = None
         self.outcome: str | None = None
@@ -96,7 +98,8 @@ class JobRun:
 
     def _open(self) -> None:
         cfg, data = self.cfg, self.task.data
-        tags = {names.OUTCOME_TAG: names.RUNNING, names.HASH_TAG: self.config_hash, **resume.owner_tags()}
+        tags = {names.OUTCOME_TAG: names.RUNNING, names.HASH_TAG: self.config_hash, **self.identity,
+                **resume.owner_tags()}
         root = Path(cfg.checkpoint.dir) / self.config_hash
         records: list[dict] = []
         if self.previous is not None and cfg.task == "train":  # killed earlier: go on in its run
@@ -108,7 +111,7 @@ class JobRun:
             self.first_epoch = self.resume_state["epoch"] + 1
             records = read_journal(run_dir / JOURNAL, up_to_epoch=self.resume_state["epoch"])
             (run_dir / JOURNAL).write_text("".join(_json_line(r) for r in records), encoding="utf-8")
-            _replay(self.client, self.writer, records)
+            self.writer.replay(records)  # what the killed process still had queued
         else:
             parent = store.parent_run_id() if self.multirun else None
             self.writer = RunWriter(self.client, self.experiment_id, self.name, parent,
@@ -167,21 +170,6 @@ def _json_line(rec: dict) -> str:
     return json.dumps(rec, separators=(",", ":")) + "\n"
 
 
-def _replay(client, writer: RunWriter, records: list[dict]) -> None:
-    """Send the journal's records that never reached the run (the process died with them still
-    queued): per metric, the epochs missing from its history — so each epoch is logged once."""
-    keys = {k for rec in records for k in rec if "/" in k}
-    missing = 0
-    for key in keys:
-        logged = {m.step for m in client.get_metric_history(writer.run_id, key)}
-        for rec in records:
-            if key in rec and rec["epoch"] not in logged:
-                writer.log_metrics({key: rec[key]}, step=rec["epoch"])
-                missing += 1
-    if missing:
-        log.info("resume: %d metric value(s) of earlier epochs sent from the journal", missing)
-
-
 def run(cfg: DictConfig) -> str:
     """Run the job ``cfg`` describes; returns its outcome (see :data:`sweeps.names.OUTCOMES`), or
     ``skipped`` when an earlier run of the same config is done.
@@ -197,7 +185,8 @@ def run(cfg: DictConfig) -> str:
     client, experiment_id = store.prepare(cfg)
     if not multirun:  # a sweep does this once, in its callback
         resume.mark_stale(client, experiment_id)
-    chash = resume.config_hash(cfg, tuple(settings_of_other_tasks(cfg.task)))
+    identity = {names.DATA_TAG: data_fingerprint(cfg.dataset), names.HARDWARE_TAG: hardware(cfg.device.name)}
+    chash = resume.config_hash(cfg, tuple(settings_of_other_tasks(cfg.task)), identity)
     previous = resume.previous_run(client, experiment_id, chash) if cfg.resume else None
     if previous is not None and previous.data.tags.get(names.OUTCOME_TAG) in names.DONE:
         log.info("job %s: already done in run %s (outcome %s): skipped; resume=false runs it again", name,
@@ -213,7 +202,8 @@ def run(cfg: DictConfig) -> str:
         if cfg.dataset.if_missing != "skip":
             raise
         missing = e
-    with JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous, started_at) as job:
+    with JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous, started_at,
+                identity) as job:
         if missing is not None:  # dataset.if_missing=skip: an unavailable job, logged as such
             raise missing
         with gpu_pool.claim(cfg.device):  # hydra/launcher=gpu_pool: a GPU (or CPU share) of its own

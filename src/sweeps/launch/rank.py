@@ -10,7 +10,7 @@ of the job process's :class:`~sweeps.launch.job.JobRun`:
 
 How a rank ends. OK: rank 0 flushes its writer, the rank leaves the group and returns. A failure
 (any exception): the rank writes ``{rank, kind, type, text, time}`` as JSON to
-``<error dir>/rank<r>.json`` (``kind``: the outcome :func:`sweeps.launch.outcome.classify`
+``<work dir>/rank<r>.json`` (``kind``: the outcome :func:`sweeps.launch.outcome.classify`
 gives — ``oom``, ``diverged``, ``error``…; ``text``: one line; ``time``: Unix s), flushes, and
 exits 1 at once (``os._exit``: no teardown of a process group a dead peer may hang); the agent
 sees the exit within its ``monitor_interval`` and sends the other ranks SIGTERM. SIGTERM and
@@ -43,6 +43,7 @@ from sweeps.train import distributed
 from sweeps.train.checkpoint import Checkpoints
 
 log = logging.getLogger("sweeps")
+MEASURED = "measured_s"  # rank 0's compile time (s), for the job's time/overhead_s
 GRACE_S = 5.0  # s a signalled rank gets to unwind by itself before the watchdog ends it
 
 
@@ -57,7 +58,7 @@ class RankSpec:
     run_dir: str  # checkpoints: <checkpoint.dir>/<config hash>/<run id>
     journal: str  # the run's epochs.jsonl, appended to by rank 0 only
     resume: bool  # the job process found a checkpoint: every rank loads the newest
-    error_dir: str  # where a failing rank writes rank<r>.json
+    work_dir: str  # the job's scratch folder: failure reports rank<r>.json, rank 0's measured_s
     log_format: str  # the job process's log record format (Hydra's)
     log_targets: list  # [("stream", "stdout"|"stderr") | ("file", path)]: where its logs go
 
@@ -85,6 +86,8 @@ class RankJob:
 
     def __init__(self, spec: RankSpec, cfg, regression: bool, rank: int, device):
         run_dir = Path(spec.run_dir)
+        self.rank, self.work_dir = rank, Path(spec.work_dir)
+        self.measured_s = 0.0  # measured work outside the epochs (compilation): handed to the job process
         self.resume_state = Checkpoints(run_dir, 0, cfg.checkpoint.keep).load_latest() if spec.resume else None
         self.writer = self.epochs = self.checkpoints = _Silent()
         self.telemetry = None
@@ -101,8 +104,12 @@ class RankJob:
 
     def close(self) -> None:
         """Stop telemetry, close the journal, send every queued metric (the run stays open: the
-        job process closes it). Never raises."""
-        for step in (self.telemetry.stop if self.telemetry else None, self.epochs.close, self.writer.close):
+        job process closes it), hand ``measured_s`` to the job process. Never raises."""
+        def measured() -> None:
+            if self.rank == 0:
+                (self.work_dir / MEASURED).write_text(repr(self.measured_s), encoding="utf-8")
+
+        for step in (self.telemetry.stop if self.telemetry else None, self.epochs.close, self.writer.close, measured):
             try:
                 step and step()
             except Exception as e:  # one failed step never keeps the others from running
@@ -126,14 +133,14 @@ def main(spec: RankSpec) -> None:
         watchdog.job = RankJob(spec, cfg, task.regression, rank, device)
         task.run(watchdog.job, device)
     except BaseException as e:  # Terminated and KeyboardInterrupt too: flush, then exit
-        code = _failed(spec.error_dir, rank, e)
+        code = _failed(spec.work_dir, rank, e)
         watchdog.close()
         _exit(code)
     watchdog.close()
     distributed.shutdown()
 
 
-def _failed(error_dir: str, rank: int, exc: BaseException) -> int:
+def _failed(work_dir: str, rank: int, exc: BaseException) -> int:
     """Report ``exc`` (see the module docstring); the exit status: 1, or 130/143 for a signal."""
     if isinstance(exc, KeyboardInterrupt):  # stopped by the agent (another rank failed) or the user
         return 143 if getattr(exc, "signal_name", "") == "SIGTERM" else 130
@@ -142,13 +149,13 @@ def _failed(error_dir: str, rank: int, exc: BaseException) -> int:
     lines = str(cause).strip().splitlines() or [""]
     text = (lines[-1] if "Original Traceback" in str(cause) else lines[0]).strip()[:500]  # a loader worker's: last
     record = {"rank": rank, "kind": kind, "type": type(cause).__name__, "text": text, "time": time.time()}
-    path = Path(error_dir) / f"rank{rank}.json"
+    path = Path(work_dir) / f"rank{rank}.json"
     try:
         path.with_suffix(".tmp").write_text(json.dumps(record), encoding="utf-8")
         os.replace(path.with_suffix(".tmp"), path)  # the job process never reads half a file
     except OSError as e:  # the job process then reports the exit status alone
         log.warning("rank %d: cannot write %s (%s)", rank, path, e)
-    first = sorted(q.name for q in Path(error_dir).glob("rank*.json") if q != path)
+    first = sorted(q.name for q in Path(work_dir).glob("rank*.json") if q != path)
     if first:  # a consequence (a collective whose peer left): that rank's own report says why
         log.warning("rank %d stopped after rank %s failed (%s: %s)", rank, first[0][4:-5], record["type"], text[:120])
     elif kind == "error":

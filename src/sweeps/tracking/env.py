@@ -179,3 +179,13 @@ def environment_tags() -> dict[str, str]:
         "env.python": fp["python"],
         "env.git_commit": fp["git_commit"],
     }
+
+
+def hardware(device_type: str) -> str:
+    """What a timing measures, for a job's identity (``sweeps.hardware``): this host and the
+    device model — its CPU model for CPU jobs, the GPU names for GPU jobs (``auto`` counts as GPU
+    where CUDA is present). Two machines on one tracking server never take each other's figures."""
+    gpus = ""
+    if device_type != "cpu" and torch.cuda.is_available():
+        gpus = ", ".join(sorted({torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())}))
+    return f"{socket.gethostname()} / {gpus or _cpu_model()}"

@@ -26,10 +26,11 @@ IGNORED = ("mlflow", "log_every_s", "telemetry", "resume", "checkpoint", "datase
            "dataset.download", "dataset.if_missing")
 
 
-def config_hash(cfg: DictConfig, ignore: tuple[str, ...] = ()) -> str:
+def config_hash(cfg: DictConfig, ignore: tuple[str, ...] = (), identity: dict[str, str] | None = None) -> str:
     """16 hex digits of SHA-256 over the resolved config minus :data:`IGNORED` and ``ignore``
-    keys (sorted JSON)."""
+    keys, plus ``identity`` (the data's fingerprint and the hardware measured), as sorted JSON."""
     data: Any = OmegaConf.to_container(cfg, resolve=True)
+    data["_identity"] = identity or {}
     for key in (*IGNORED, *ignore):
         node, *rest = key.split(".")
         if rest:

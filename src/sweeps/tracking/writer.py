@@ -86,6 +86,25 @@ class RunWriter:
                 del self._queue[:len(chunk)]  # appends made meanwhile stay queued
                 self._send(chunk)
 
+    def replay(self, records: list[dict]) -> int:
+        """Send the journal's ``records`` (per-epoch dicts, ``epoch`` = step) that never reached the
+        run — queued when a process died, or dropped after every retry — checking each metric's
+        history first, so every epoch is logged once. Returns how many values were sent."""
+        self.flush()
+        keys = {k for rec in records for k in rec if "/" in k}
+        missing = []
+        for key in keys:
+            logged = {m.step for m in self.client.get_metric_history(self.run_id, key)}
+            ts = _now_ms()
+            missing += [Metric(key, float(rec[key]), ts, rec["epoch"]) for rec in records
+                        if key in rec and rec["epoch"] not in logged]
+        self._queue.extend(missing)
+        self.lost = 0
+        self.flush()
+        if missing:
+            log.info("MLflow: %d metric value(s) of earlier epochs sent from the journal", len(missing))
+        return len(missing)
+
     def _send(self, chunk: list[Metric]) -> None:
         for wait in (*RETRIES, None):
             try:

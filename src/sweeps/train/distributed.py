@@ -116,16 +116,17 @@ class ShardedBatches:
 
 class EpochSampling:
     """A DataLoader over a :class:`DistributedSampler` (``batch / world`` per step) that tells
-    the sampler the epoch before each pass (``set_epoch``: a new shared permutation per epoch).
-    ``epoch`` counts passes from 0; a resumed job sets it to the epochs already done."""
+    the sampler the epoch before each pass (``set_epoch``: a new shared permutation per epoch)
+    and seeds the loader's worker processes (augmentation) from ``(seed, epoch)`` when they start
+    (every epoch, or once with persistent workers), ``seed`` differing per rank. ``epoch`` counts
+    passes from 0; a resumed job sets it to the epochs done, which restores both — there is no
+    generator state to checkpoint (``generator`` is None)."""
 
-    def __init__(self, loader: DataLoader, sampler: DistributedSampler):
-        self.loader, self.sampler, self.epoch = loader, sampler, 0
+    generator = None
+
+    def __init__(self, loader: DataLoader, sampler: DistributedSampler, seed: int):
+        self.loader, self.sampler, self.seed, self.epoch = loader, sampler, seed, 0
         self.batch_size, self.n = loader.batch_size, len(sampler)  # per rank (compile's batch shapes)
-
-    @property
-    def generator(self) -> torch.Generator:
-        return self.loader.generator  # seeds the loader's worker processes (augmentation)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -135,6 +136,7 @@ class EpochSampling:
 
     def __iter__(self):
         self.sampler.set_epoch(self.epoch)
+        self.loader.generator.manual_seed(self.seed + 100_003 * self.epoch)  # the workers' base seed is drawn from it
         self.epoch += 1
         return iter(self.loader)
 
@@ -155,12 +157,12 @@ def shard(loaders: tuple, batch: int, seed: int) -> tuple:
     if not isinstance(train, DataLoader):  # in memory, on the host or the device
         return ShardedBatches(train, rank(), world), test
     sampler = DistributedSampler(train.dataset, world, rank(), shuffle=True, seed=seed)
-    # workers of different ranks draw different augmentations: their seeds come from this generator
     sharded = DataLoader(train.dataset, batch_size=batch // world, sampler=sampler, num_workers=train.num_workers,
                          collate_fn=train.collate_fn, pin_memory=train.pin_memory,
                          persistent_workers=train.persistent_workers, worker_init_fn=train.worker_init_fn,
-                         generator=torch.Generator().manual_seed(seed + 7919 * rank()))
-    return EpochSampling(sharded, sampler), test
+                         generator=torch.Generator())
+    # each rank's workers draw their own augmentations
+    return EpochSampling(sharded, sampler, seed + 7919 * rank()), test
 
 
 def gather_epoch(rec: dict) -> dict:

@@ -33,41 +33,50 @@ def _own_s(process: psutil.Process, children: list[psutil.Process]) -> float:
     return total
 
 
-class HostLoad:
-    """Other processes' share of the machine's CPU between :meth:`start` and :meth:`stop`.
+MIN_WINDOW_S = 0.1  # counters are read at most this often: a read costs ~0.1 ms, a 10th of a tiny epoch
 
-    ``stop()`` returns percent of all cores (0–100; 100 = every core busy with other work).
-    A child that ends within the window takes its CPU time with it, so the figure can read a
-    little high then; it never fails (0.0 where the counters cannot be read).
+
+class HostLoad:
+    """Other processes' share of the machine's CPU over the latest window of at least
+    :data:`MIN_WINDOW_S`, read at epoch edges.
+
+    Call :meth:`start` and :meth:`stop` at an epoch's edges; ``stop()`` returns percent of all
+    cores (0–100; 100 = every core busy with other work). An epoch of ≥ 0.1 s gets its own window;
+    shorter epochs share the latest window that closed (the counters are read at most every
+    0.1 s, so a 1-ms epoch does not pay two reads). A child that ends within the window takes its
+    CPU time with it, so the figure can read a little high then; it never fails (0.0 where the
+    counters cannot be read).
     """
 
     def __init__(self):
         self.process = psutil.Process()
         self.cores = psutil.cpu_count() or 1
-        self._start: tuple[float, float, float] | None = None
+        self.value = 0.0
+        self._last: tuple[float, float, float] | None = None
         self._children: list[psutil.Process] = []
         self._listed_at = -CHILDREN_EVERY_S
 
     def start(self) -> None:
-        try:
-            now = time.perf_counter()
-            if now - self._listed_at >= CHILDREN_EVERY_S:  # workers persist across epochs: list them rarely
-                self._children, self._listed_at = self.process.children(recursive=True), now
-            self._start = (now, _busy_s(), _own_s(self.process, self._children))
-        except (psutil.Error, OSError):
-            self._start = None
+        self._read()
 
     def stop(self) -> float:
-        if self._start is None:
-            return 0.0
-        t0, busy0, own0 = self._start
+        self._read()
+        return self.value
+
+    def _read(self) -> None:
+        now = time.perf_counter()
+        if self._last is not None and now - self._last[0] < MIN_WINDOW_S:
+            return
         try:
-            wall, busy, own = time.perf_counter() - t0, _busy_s() - busy0, _own_s(self.process, self._children) - own0
+            if now - self._listed_at >= CHILDREN_EVERY_S:  # workers persist across epochs: list them rarely
+                self._children, self._listed_at = self.process.children(recursive=True), now
+            counters = (now, _busy_s(), _own_s(self.process, self._children))
         except (psutil.Error, OSError):
-            return 0.0
-        if wall <= 0:
-            return 0.0
-        return max(0.0, min(100.0, 100.0 * (busy - own) / (wall * self.cores)))
+            return
+        if self._last is not None:
+            wall, busy, own = (a - b for a, b in zip(counters, self._last))
+            self.value = max(0.0, min(100.0, 100.0 * (busy - own) / (wall * self.cores))) if wall > 0 else 0.0
+        self._last = counters
 
 
 def spread(times: list[float]) -> dict[str, float]:

@@ -1,0 +1,101 @@
+"""The run writer and the epoch journal on a real sqlite MLflow store: metrics are sent off the
+training path, a job's records survive its process, and every epoch reaches the store once."""
+from __future__ import annotations
+
+import json
+
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+from sweeps.tracking import writer as writer_mod
+from sweeps.tracking.epochs import EpochLog, read_journal
+from sweeps.tracking.writer import RunWriter
+
+
+def _client(tmp_path) -> tuple[MlflowClient, str]:
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return client, client.create_experiment("w")
+
+
+def _records(n: int) -> list[dict]:
+    return [{"epoch": e, "train/loss": 1.0 / e, "time/epoch_s": 0.01 * e, "samples": 10} for e in range(1, n + 1)]
+
+
+def _steps(client, run_id, key="train/loss") -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(run_id, key))
+
+
+def test_logging_an_epoch_costs_no_store_round_trip_and_flush_sends_everything(tmp_path, monkeypatch):
+    client, exp = _client(tmp_path)
+    w = RunWriter(client, exp, "job", None, {})
+    calls = []
+    real = client.log_batch
+    monkeypatch.setattr(client, "log_batch", lambda *a, **k: (calls.append(1), real(*a, **k)))
+    for rec in _records(2500):
+        w.log_metrics({k: v for k, v in rec.items() if "/" in k}, step=rec["epoch"])
+    assert len(calls) <= 1  # queued: at most a background send happened meanwhile
+    w.end("FINISHED")
+    assert _steps(client, w.run_id) == list(range(1, 2501))
+    assert len(calls) <= 6  # 5,000 values in chunks of 1,000, not one call per epoch
+
+
+def test_the_journal_keeps_every_epoch_and_a_torn_last_line_is_ignored(tmp_path):
+    journal = tmp_path / "run" / "epochs.jsonl"
+    log = EpochLog(None, journal, regression=False, log_every_s=60)
+    for rec in _records(5):
+        log.append(rec)
+    log.close()
+    with open(journal, "a") as f:
+        f.write('{"epoch": 6, "train/lo')  # the process died mid-write
+    assert [r["epoch"] for r in read_journal(journal)] == [1, 2, 3, 4, 5]
+    assert [r["epoch"] for r in read_journal(journal, up_to_epoch=3)] == [1, 2, 3]
+    assert json.loads(journal.read_text().splitlines()[0])["train/loss"] == 1.0
+
+
+def test_replay_sends_what_a_dead_process_had_queued_exactly_once(tmp_path):
+    client, exp = _client(tmp_path)
+    first = RunWriter(client, exp, "job", None, {})
+    records = _records(6)
+    for rec in records[:2]:
+        first.log_metrics({"train/loss": rec["train/loss"]}, step=rec["epoch"])
+    first.flush()  # epochs 1-2 reached the store; 3-6 were still queued when the process died:
+    for rec in records[2:]:
+        first.log_metrics({"train/loss": rec["train/loss"]}, step=rec["epoch"])
+    first._wake.set()  # its sender thread stops and its queue is gone, as with a SIGKILL
+    first._thread.join()
+    first._queue.clear()
+    again = RunWriter.attach(client, first.run_id)
+    assert again.replay(records) == 4 + 6  # train/loss of epochs 3-6, time/epoch_s (never sent) of 1-6
+    assert again.replay(records) == 0  # a second replay finds nothing missing
+    again.end("FINISHED")
+    assert _steps(client, first.run_id) == [1, 2, 3, 4, 5, 6]
+    assert _steps(client, first.run_id, "time/epoch_s") == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_busy_store_is_retried_and_nothing_is_lost(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer_mod, "RETRIES", (0.01, 0.01, 0.01))
+    client, exp = _client(tmp_path)
+    w = RunWriter(client, exp, "job", None, {})
+    real, failures = client.log_batch, iter(range(2))
+
+    def busy(*args, **kwargs):  # the server's pool is full twice, then answers
+        if next(failures, None) is not None:
+            raise MlflowException("QueuePool limit of size 1 overflow 0 reached, connection timed out")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(client, "log_batch", busy)
+    for rec in _records(3):
+        w.log_metrics({"train/loss": rec["train/loss"]}, step=rec["epoch"])
+    w.end("FINISHED")
+    assert w.lost == 0 and _steps(client, w.run_id) == [1, 2, 3]
+
+
+def test_console_rows_are_throttled_but_the_first_and_last_always_show(caplog):
+    caplog.set_level("INFO", logger="sweeps")
+    log = EpochLog(None, None, regression=False, log_every_s=3600, last_epoch=10_000)
+    for rec in _records(10_000):
+        rec.update({"test/loss": 1.0, "test/acc": 0.5, "train/acc": 0.5, "time/eval_s": 0.0,
+                    "time/elapsed_s": 0.0, "phase/sum_s": 0.0})
+        log.append(rec)
+    rows = [r.getMessage() for r in caplog.records]
+    assert len(rows) == 4  # header, epoch 1, "… 9998 epoch(s) not shown", epoch 10,000
+    assert "9998 epoch(s) not shown" in rows[2] and rows[3].split()[0] == "10000"
