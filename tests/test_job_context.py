@@ -127,3 +127,21 @@ def test_non_finite_loss_ends_the_job_diverged(tmp_path, in_process):
     assert in_process([*TINY, "optimizer.base_lr=1e12"]) == "diverged"
     run = _the_run(tmp_path)
     assert run.data.tags["outcome"] == "diverged" and "learning rate" in run.data.tags["error"]
+
+
+def test_resume_from_an_older_checkpoint_never_logs_a_step_twice(tmp_path, in_process, monkeypatch):
+    calls, train_epoch = iter(range(100)), Trainer.train_epoch
+    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a: next(calls) == 4)
+    overrides = [*[o for o in TINY if not o.startswith("epochs")], "epochs=6", "checkpoint.keep=5"]
+    with pytest.raises(KeyboardInterrupt):
+        in_process(overrides)  # epochs 1-4 logged and checkpointed, killed in epoch 5
+    files = sorted((tmp_path / "checkpoints").rglob("epoch_*.pt"))
+    assert [f.name for f in files] == [f"epoch_000{e}.pt" for e in (1, 2, 3, 4)]
+    files[-1].write_bytes(b"truncated")  # the newest is unreadable: resume falls back to epoch 3
+    monkeypatch.setattr(Trainer, "train_epoch", train_epoch)  # no more signals
+    assert in_process(overrides) == "ok"
+    run = _the_run(tmp_path)
+    assert run.data.tags["resumed"] == "true"
+    for key in ("train/loss", "time/epoch_s"):
+        steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, key)]
+        assert sorted(steps) == [1, 2, 3, 4, 5, 6], key  # epoch 4 ran twice, is logged once

@@ -16,6 +16,7 @@ METRICS = {"time/first_epoch_s", "time/median_epoch_s", "time/total_s", "test/fi
            "batch_size", "lr", "train/loss", "test/acc", "phase/forward_ms", "perf/samples_per_s"}
 
 
+@pytest.mark.slow  # 8 jobs in loky worker processes: ~25 s here
 def test_gpu_pool_runs_8_jobs_on_2_cores_into_a_fresh_store(tmp_path):
     proc = run_cli(["-m", "hydra/launcher=gpu_pool", "model=mlp", "batch=16,32,64,128", "seed=0,1", *TINY],
                    tmp_path, timeout=300)

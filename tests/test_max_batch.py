@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import TEST_CONF, run_cli, runs, store
+from conftest import TEST_CONF, cli_in_process, runs, store
 from helpers import OOMAbove
 from sweeps.report import __main__ as report
 from sweeps.data.datasets import DataSpec
@@ -132,9 +132,9 @@ def test_cuda_search_returns_memory():
 def oom_and_search(tmp_path_factory):
     """One sweep: training at batch 64 (OOM: the model fits up to 32) and task=max_batch."""
     cwd = tmp_path_factory.mktemp("max_batch")
-    proc = run_cli(["-m", "task=train,max_batch", "model=oom_above", "batch=64", "dataset=synthetic",
-                    "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32", "epochs=1",
-                    "device=cpu", "telemetry.figure=false", TEST_CONF], cwd)
+    proc = cli_in_process(["-m", "task=train,max_batch", "model=oom_above", "batch=64", "dataset=synthetic",
+                           "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32", "epochs=1",
+                           "device=cpu", "telemetry.figure=false", TEST_CONF], cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return cwd, proc
 

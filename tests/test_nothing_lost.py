@@ -1,5 +1,8 @@
 """Nothing lost: signals close runs honestly, a SIGKILLed job resumes from its checkpoint with its
-loss curve continuing, finished jobs are skipped on rerun, 8 jobs share a brand-new store."""
+loss curve continuing, finished jobs are skipped on rerun, 8 jobs share a brand-new store.
+
+Signals, SIGKILL and concurrent processes need real processes; reruns and reference runs go
+through the same entry point in-process (``cli_in_process``)."""
 from __future__ import annotations
 
 import signal
@@ -10,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CONF, TESTS, run_cli, runs, store
+from conftest import TEST_CONF, TESTS, cli_in_process, runs, store
 
 SLOW = ["model=slow", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=256",
         "dataset.test_size=32", "batch=32", "device=cpu", "telemetry.interval_s=0", "checkpoint.every_epochs=1",
@@ -59,7 +62,7 @@ def test_signal_ends_runs_killed_and_exits(tmp_path, sig, code):
 def test_sigkill_then_rerun_marks_stale_and_resumes_the_loss_curve(tmp_path):
     reference = tmp_path / "reference"
     reference.mkdir()
-    assert run_cli(["epochs=6", *SLOW], reference).returncode == 0
+    assert cli_in_process(["epochs=6", *SLOW], reference).returncode == 0
     (ref_run,) = runs(reference)
 
     proc = _start(["epochs=6", *SLOW], tmp_path)
@@ -69,7 +72,7 @@ def test_sigkill_then_rerun_marks_stale_and_resumes_the_loss_curve(tmp_path):
     (stale,) = runs(tmp_path)
     assert stale.info.status == "RUNNING"
 
-    again = run_cli(["epochs=6", *SLOW], tmp_path)
+    again = cli_in_process(["epochs=6", *SLOW], tmp_path)  # a new process; the killed one is gone
     assert again.returncode == 0, again.stderr[-2000:]
     (run,) = runs(tmp_path)  # the same run went on: no second run
     assert run.info.run_id == stale.info.run_id and run.info.status == "FINISHED"
@@ -85,14 +88,14 @@ def test_sigkill_then_rerun_marks_stale_and_resumes_the_loss_curve(tmp_path):
 
 
 def test_rerun_skips_finished_jobs_and_says_how_many(tmp_path, tiny):
-    first = run_cli(["-m", "model=mlp", "batch=16,32", *tiny], tmp_path)
+    first = cli_in_process(["-m", "model=mlp", "batch=16,32", *tiny], tmp_path)
     assert first.returncode == 0
-    second = run_cli(["-m", "model=mlp", "batch=16,32,64", *tiny], tmp_path)
+    second = cli_in_process(["-m", "model=mlp", "batch=16,32,64", *tiny], tmp_path)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "2 job(s) skipped: already done" in second.stdout
     jobs = [r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags]
     assert sorted(r.info.run_name for r in jobs) == ["batch=16", "batch=32", "batch=64"]
-    forced = run_cli(["-m", "model=mlp", "batch=16", "resume=false", *tiny], tmp_path)
+    forced = cli_in_process(["-m", "model=mlp", "batch=16", "resume=false", *tiny], tmp_path)
     assert forced.returncode == 0 and "skipped" not in forced.stdout
     assert len([r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags]) == 4
 
@@ -111,7 +114,7 @@ def test_corrupt_checkpoint_falls_back(tmp_path):
     assert not list((tmp_path / "c").glob(".tmp-*"))  # no temp files left behind
 
 
-@pytest.mark.slow  # ~40 s; tests/test_launchers.py runs 8 pooled jobs into a fresh store by default
+@pytest.mark.slow  # 8 processes at once: ~40 s here (tests/test_launchers.py's 8 pooled jobs are slow too)
 def test_eight_concurrent_jobs_on_a_brand_new_store(tmp_path, tiny):
     procs = [_start(["model=mlp", f"seed={i}", *tiny], tmp_path) for i in range(8)]
     for p in procs:
@@ -126,9 +129,11 @@ def test_eight_concurrent_jobs_on_a_brand_new_store(tmp_path, tiny):
 
 
 def test_same_seed_same_loss_curve_on_cpu(tmp_path, tiny):
+    """Both runs in this one process: the second starts from whatever global RNG state the first
+    left, so only the job's own seeding can make them equal."""
     a, b = tmp_path / "a", tmp_path / "b"
     for d in (a, b):
         d.mkdir()
-        assert run_cli(["model=mlp", "seed=7", *tiny, "epochs=3"], d).returncode == 0
+        assert cli_in_process(["model=mlp", "seed=7", *tiny, "epochs=3"], d).returncode == 0
     (ra,), (rb,) = runs(a), runs(b)
     assert _history(a, ra.info.run_id, "train/loss") == _history(b, rb.info.run_id, "train/loss")

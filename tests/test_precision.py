@@ -7,7 +7,7 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from conftest import TEST_CONF, run_cli, runs, store
+from conftest import TEST_CONF, cli_in_process, runs, store
 from sweeps import config
 from sweeps.data.datasets import DataSpec
 from sweeps.train.precision import apply_precision, autocast_supported
@@ -195,9 +195,9 @@ def precision_sweep(tmp_path_factory):
     """fp32 and bf16 jobs (tf32 where bf16 autocast is missing) with the device loader."""
     cwd = tmp_path_factory.mktemp("precision")
     names = "fp32,bf16" if autocast_supported(CPU, torch.bfloat16) else "fp32,tf32"
-    proc = run_cli(["-m", f"precision={names}", "model=mlp", "model.hidden=[16]", "dataset=synthetic",
-                    "dataset.shape=[1,8,8]", "dataset.train_size=96", "dataset.test_size=32", "batch=32",
-                    "dataset.loader=device", "epochs=2", "device=cpu", "telemetry.figure=false", TEST_CONF], cwd)
+    proc = cli_in_process(["-m", f"precision={names}", "model=mlp", "model.hidden=[16]", "dataset=synthetic",
+                           "dataset.shape=[1,8,8]", "dataset.train_size=96", "dataset.test_size=32", "batch=32",
+                           "dataset.loader=device", "epochs=2", "device=cpu", "telemetry.figure=false", TEST_CONF], cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return cwd, {r.info.run_name: r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags}
 

@@ -1,5 +1,5 @@
 """The study presets: each expands (by Hydra's own sweeper logic) to the study's job list, and
-the smoke preset runs end to end in the default test run."""
+the smoke preset runs end to end (``-m slow``)."""
 from __future__ import annotations
 
 import pytest
@@ -56,6 +56,7 @@ def test_timing_methods_is_resnet50_inference_at_batch_128():
     assert list(cfg.dataset.shape) == [3, 224, 224]
 
 
+@pytest.mark.slow  # the install check, every model and dataset family: ~40 s here
 def test_smoke_preset_runs_every_family(tmp_path, shared_data):
     proc = run_cli(["-m", "+experiment=smoke"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

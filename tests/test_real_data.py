@@ -1,17 +1,21 @@
-"""Sweeps on real data that is here offline: MNIST digits as an ImageFolder, scikit-learn's diabetes."""
+"""Sweeps on real data that is here offline: MNIST digits as an ImageFolder, scikit-learn's diabetes.
+
+The MNIST sweeps are whole end-to-end processes (slow); the diabetes sweep runs through the same
+entry point in-process."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from conftest import run_cli, runs, store
+from conftest import cli_in_process, run_cli, runs, store
 
 
 def _jobs(cwd, experiment="sweeps"):
     return {r.info.run_name: r for r in runs(cwd, experiment) if "mlflow.parentRunId" in r.data.tags}
 
 
+@pytest.mark.slow  # two MLP jobs on 8,000 real digits: ~20 s here
 def test_mlp_on_real_mnist_images_reaches_90_percent(tmp_path, shared_data):
     proc = run_cli(["-m", "model=mlp", "dataset=imagefolder", f"dataset.root={shared_data / 'mnist-10k-imagefolder'}",
                     "batch=64,256", "epochs=2", "device=cpu"], tmp_path)
@@ -26,7 +30,7 @@ def test_mlp_on_real_mnist_images_reaches_90_percent(tmp_path, shared_data):
 
 
 def test_diabetes_regression_full_batch_and_minibatch(tmp_path):
-    proc = run_cli(["-m", "+experiment=diabetes", "epochs=20"], tmp_path)
+    proc = cli_in_process(["-m", "+experiment=diabetes", "epochs=20"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = _jobs(tmp_path, "diabetes")
     assert set(jobs) == {"batch=full", "batch=32"}

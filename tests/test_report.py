@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import TEST_CONF, run_cli, store
+from conftest import TEST_CONF, cli_in_process, store
 from sweeps.report import __main__ as report
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -16,8 +16,8 @@ def batch_sweep(tmp_path_factory):
     """oom_above (OOM above batch 32) and mlp at batch 128 and 16 — given in that order, so text
     order ("128" < "16") and numeric order differ."""
     cwd = tmp_path_factory.mktemp("report")
-    proc = run_cli(["-m", "model=oom_above,mlp", "batch=128,16", "dataset=synthetic", "dataset.shape=[1,8,8]",
-                    "dataset.train_size=256", "dataset.test_size=64", "epochs=2", "device=cpu", TEST_CONF], cwd)
+    proc = cli_in_process(["-m", "model=oom_above,mlp", "batch=128,16", "dataset=synthetic", "dataset.shape=[1,8,8]",
+                           "dataset.train_size=256", "dataset.test_size=64", "epochs=2", "device=cpu", TEST_CONF], cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = cwd / "out"
     assert report.main(["--tracking-uri", store(cwd).tracking_uri, "--out", str(out)]) == 0
@@ -71,9 +71,9 @@ def test_report_logged_to_the_parent_run(batch_sweep):
 
 def test_device_comparison_and_inference_timing(tmp_path):
     """A sweep over device (cuda unavailable here) and timing method: side-by-side columns."""
-    proc = run_cli(["-m", "task=inference", "model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]",
-                    "dataset.train_size=64", "dataset.test_size=64", "batch=32", "timing.iters=5",
-                    "timing.warmup=1", "device=cpu,cuda", "timing.mode=naive,events"], tmp_path)
+    proc = cli_in_process(["-m", "task=inference", "model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]",
+                           "dataset.train_size=64", "dataset.test_size=64", "batch=32", "timing.iters=5",
+                           "timing.warmup=1", "device=cpu,cuda", "timing.mode=naive,events"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "out"
     assert report.main(["--tracking-uri", store(tmp_path).tracking_uri, "--out", str(out)]) == 0

@@ -12,7 +12,7 @@ import pynvml
 import pytest
 import torch
 
-from conftest import TEST_CONF, run_cli, runs, store
+from conftest import TEST_CONF, cli_in_process, runs, store
 from fake_nvml import Clock, FakeNVML
 from sweeps.tracking import env
 from sweeps.telemetry import nvml as telemetry_nvml
@@ -212,7 +212,7 @@ def cli_sweep(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("telemetry_sweep")
     args = ["-m", "model=oom_above,mlp,interrupt_after", "batch=64", "dataset=synthetic", "dataset.shape=[1,8,8]",
             "dataset.train_size=128", "dataset.test_size=32", "epochs=2", "device=cpu", TEST_CONF]
-    proc = run_cli(args, cwd)
+    proc = cli_in_process(args, cwd)
     return cwd, proc, {r.info.run_name: r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags}
 
 

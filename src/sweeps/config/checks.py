@@ -4,6 +4,7 @@ that names the key and says what would work."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -79,6 +80,10 @@ def validate(cfg: DictConfig) -> None:
                          "use seconds ≥ 0 (0 turns telemetry off)")
     if cfg.device.name == "ddp":  # data parallel: see sweeps.launch.ddp
         _validate_ddp(cfg)
+    checkpoints = Path(str(cfg.checkpoint.dir)).expanduser()
+    if checkpoints.exists() and not checkpoints.is_dir():
+        raise UsageError(f"checkpoint.dir={cfg.checkpoint.dir} is a file, not a folder: remove it or set "
+                         "checkpoint.dir=<a folder>")
     if cfg.repeat < 0:
         raise UsageError(f"repeat={cfg.repeat} is not valid: use 0, 1, 2, … (sweep repeat=0,1,2 to run a config 3 times)")
     if cfg.eval.every_epochs < 1:

@@ -40,6 +40,10 @@ def cli() -> None:
     signals.install()
     try:
         main()
+    except SystemExit as e:  # Hydra reports a composition error (typo, wrong type) and exits 1
+        if e.code == 1 and not job.LAST_JOB:  # before any job ran: bad input, the documented 2
+            sys.exit(2)
+        raise
     except KeyboardInterrupt as e:  # Terminated too
         name = getattr(e, "signal_name", "SIGINT")
         with signals.held():  # a second Ctrl-C does not cut the sweep's closing short

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeps import names
 from sweeps.config import validate
-from sweeps.errors import DataUnavailable
+from sweeps.errors import DataUnavailable, UsageError
 from sweeps.launch import ddp, gpu_pool, signals
 from sweeps.launch import outcome as oc
 from sweeps.launch.device import resolve_device
@@ -102,6 +102,7 @@ class JobRun:
                 **resume.owner_tags()}
         root = Path(cfg.checkpoint.dir) / self.config_hash
         records: list[dict] = []
+        logged_through = 0
         if self.previous is not None and cfg.task == "train":  # killed earlier: go on in its run
             run_dir = root / self.previous.info.run_id
             self.resume_state = Checkpoints(run_dir, 0, cfg.checkpoint.keep).load_latest()
@@ -112,6 +113,8 @@ class JobRun:
             records = read_journal(run_dir / JOURNAL, up_to_epoch=self.resume_state["epoch"])
             (run_dir / JOURNAL).write_text("".join(_json_line(r) for r in records), encoding="utf-8")
             self.writer.replay(records)  # what the killed process still had queued
+            logged_through = max((m.step for m in self.client.get_metric_history(self.writer.run_id, names.EPOCH_S)),
+                                 default=0)
         else:
             parent = store.parent_run_id() if self.multirun else None
             self.writer = RunWriter(self.client, self.experiment_id, self.name, parent,
@@ -124,7 +127,7 @@ class JobRun:
         self.checkpoints = Checkpoints(run_dir, cfg.checkpoint.every_epochs, cfg.checkpoint.keep,
                                        cfg.checkpoint.every_s)
         self.epochs = EpochLog(self.writer, run_dir / JOURNAL, self.task.regression, cfg.log_every_s,
-                               cfg.epochs, records)
+                               cfg.epochs, records, logged_through)
         if data is not None:
             self.writer.log_metrics({names.BATCH_SIZE: data.batch, names.LR: data.lr})
             log.info("job %s: batch %d, lr %.4g, %d train / %d test examples", self.name, data.batch, data.lr,
@@ -180,6 +183,9 @@ def run(cfg: DictConfig) -> str:
     """
     started_at = time.perf_counter()
     validate(cfg)
+    if HydraConfig.initialized() and HydraConfig.get().job.chdir:
+        raise UsageError("hydra.job.chdir=true runs each job in its own folder, so ./mlruns and ./checkpoints would "
+                         "scatter per job: leave it false (paths are resolved from where sweeps starts)")
     name, choices, multirun = _hydra_context()
     task = create(cfg)
     client, experiment_id = store.prepare(cfg)

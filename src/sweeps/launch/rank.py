@@ -58,6 +58,7 @@ class RankSpec:
     run_dir: str  # checkpoints: <checkpoint.dir>/<config hash>/<run id>
     journal: str  # the run's epochs.jsonl, appended to by rank 0 only
     resume: bool  # the job process found a checkpoint: every rank loads the newest
+    logged_through: int  # epochs already in the run (resumed from an older checkpoint): not sent again
     work_dir: str  # the job's scratch folder: failure reports rank<r>.json, rank 0's measured_s
     log_format: str  # the job process's log record format (Hydra's)
     log_targets: list  # [("stream", "stdout"|"stderr") | ("file", path)]: where its logs go
@@ -97,7 +98,8 @@ class RankJob:
             from sweeps.tracking.writer import RunWriter
 
             self.writer = RunWriter.attach(MlflowClient(spec.tracking_uri), spec.run_id, reopen=False)
-            self.epochs = EpochLog(self.writer, Path(spec.journal), regression, cfg.log_every_s, cfg.epochs)
+            again = {"logged_through": spec.logged_through} if spec.logged_through else {}
+            self.epochs = EpochLog(self.writer, Path(spec.journal), regression, cfg.log_every_s, cfg.epochs, **again)
             self.checkpoints = Checkpoints(run_dir, cfg.checkpoint.every_epochs, cfg.checkpoint.keep,
                                            cfg.checkpoint.every_s)
             self.telemetry = for_job(cfg.telemetry.interval_s, device)

@@ -15,6 +15,7 @@ A new task is one module in this package that defines a subclass decorated with
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any, ClassVar
 
 import torch
@@ -26,6 +27,7 @@ from sweeps.data import build_datasets
 from sweeps.errors import UsageError
 from sweeps.train.builder import JobData
 
+log = logging.getLogger("sweeps")
 REGISTRY: dict[str, type["Task"]] = {}
 
 
@@ -84,6 +86,10 @@ class Task:
         cfg = self.cfg
         train, test, spec = build_datasets(cfg.dataset, cfg.seed)
         batch = batch_size(cfg, len(train))
+        if batch > len(train) and self.needs_train_data:  # a step can hold no more than the data
+            log.warning("batch=%d is larger than the %d training examples: clamped to batch=%d (logged, and the "
+                        "learning rate scaled, for the batch that runs)", batch, len(train), len(train))
+            batch = len(train)
         lr = scaled_lr(cfg.optimizer.base_lr, batch, cfg.lr_scaling.base_batch, cfg.lr_scaling.rule)
         self.data = JobData(train, test, spec, batch, lr)
         return self.data

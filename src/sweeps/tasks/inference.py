@@ -101,6 +101,7 @@ class InferenceTask(Task):
 
     name = "inference"
     settings = ("timing",)
+    needs_train_data = False  # one batch of the test set, cycled when smaller: any batch runs
 
     def run(self, job, device: torch.device) -> None:
         cfg, data = self.cfg, self.data

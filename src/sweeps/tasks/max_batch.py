@@ -191,6 +191,7 @@ class MaxBatchTask(Task):
 
     name = "max_batch"
     settings = ("max_batch",)
+    needs_train_data = False  # random inputs of the data's shape
 
     def run(self, job, device: torch.device) -> None:
         cfg, data = self.cfg, self.data

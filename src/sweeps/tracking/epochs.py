@@ -29,13 +29,17 @@ class EpochLog:
         log_every_s: the least time between two console rows (s); 0 prints every epoch.
         last_epoch: the job's final epoch number (its row is always printed).
         records: records already logged (a resumed job), kept but not logged again.
+        logged_through: epochs up to this one already have their metrics in the run (a job
+            resumed from a checkpoint older than its last logged epoch): their re-run is
+            journaled but not sent again, so no step is logged twice.
     """
 
     def __init__(self, writer, journal: Path | None, regression: bool, log_every_s: float = 0.0,
-                 last_epoch: int | None = None, records: list[dict] | None = None):
+                 last_epoch: int | None = None, records: list[dict] | None = None, logged_through: int = 0):
         self.writer, self.table = writer, EpochTable(regression)
         self.log_every_s, self.last_epoch = log_every_s, last_epoch
         self.records: list[dict] = list(records or [])
+        self.logged_through = logged_through
         self._printed_at: float | None = None
         self._hidden = 0  # rows not printed since the last printed one
         self._file = None
@@ -49,7 +53,7 @@ class EpochLog:
         if self._file is not None:
             self._file.write(json.dumps(rec, separators=(",", ":")) + "\n")
             self._file.flush()
-        if self.writer is not None:
+        if self.writer is not None and rec["epoch"] > self.logged_through:
             self.writer.log_metrics({k: v for k, v in rec.items() if "/" in k}, step=rec["epoch"])
         self._console(rec)
 
