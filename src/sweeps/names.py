@@ -41,6 +41,7 @@ DATA_TAG = "sweeps.data_fingerprint"  # the data part of the identity (sweeps.da
 HARDWARE_TAG = "sweeps.hardware"  # the hardware part: host / device model
 PID_TAG, HOST_TAG = "sweeps.pid", "sweeps.host"  # who owns a RUNNING run
 RESUMED_TAG = "resumed"
+PREVIOUS_PARENT_TAG = "sweeps.previous_sweep"  # a resumed job's earlier parent run (it moved to the new sweep)
 KIND_TAG = "sweeps.kind"  # "sweep" on a parent run
 STOPPED_TAG = "sweeps.stopped"  # why a sweep stopped early (bad input, a signal)
 COMMAND_TAG, SWEEP_DIR_TAG = "sweeps.command", "sweeps.sweep_dir"

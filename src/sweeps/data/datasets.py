@@ -100,8 +100,11 @@ def _imagefolder(cfg: DictConfig, seed: int):
         ([transforms.Resize(size)] if cfg.image_size else [])  # else all images must share one size
     stats = _estimate_stats(probe, extra, seed)
     train_tf, test_tf = _image_transforms(stats, cfg.augment, size, extra)
-    train = datasets.ImageFolder(root / "train", transform=train_tf)
-    test = datasets.ImageFolder(root / "val", transform=test_tf)
+    try:
+        train = datasets.ImageFolder(root / "train", transform=train_tf)
+        test = datasets.ImageFolder(root / "val", transform=test_tf)
+    except (FileNotFoundError, OSError) as e:  # e.g. a class folder of val/ without images
+        raise DataUnavailable(f"dataset.root={cfg.root}: {' '.join(str(e).split())[:300]}; {layout}") from None
     if test.classes != train.classes:
         raise DataUnavailable(f"dataset.root={cfg.root}: val/ classes {test.classes} differ from train/ {train.classes}")
     return train, test, DataSpec((channels, *size), len(train.classes))

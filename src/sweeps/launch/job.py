@@ -109,6 +109,9 @@ class JobRun:
         if self.resume_state is not None:
             self.writer = RunWriter.attach(self.client, self.previous.info.run_id)
             self.writer.set_tags({**tags, names.RESUMED_TAG: "true", names.ERROR_TAG: ""})
+            parent, before = store.parent_run_id() if self.multirun else None, self.previous.data.tags.get(names.PARENT_RUN_TAG)
+            if parent and parent != before:  # the sweep that resumed it owns it now: its summary and report count it
+                self.writer.set_tags({names.PARENT_RUN_TAG: parent, names.PREVIOUS_PARENT_TAG: before or ""})
             self.first_epoch = self.resume_state["epoch"] + 1
             records = read_journal(run_dir / JOURNAL, up_to_epoch=self.resume_state["epoch"])
             (run_dir / JOURNAL).write_text("".join(_json_line(r) for r in records), encoding="utf-8")
