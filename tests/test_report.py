@@ -38,16 +38,18 @@ def test_reference_tables_per_model_sorted_by_numeric_batch(batch_sweep):
     _, _, text = batch_sweep
     mlp = _table_after(text, "model=mlp")
     assert [r[0] for r in mlp] == ["16", "128"]
-    assert re.fullmatch(r"0:00:\d\d", mlp[0][3]) and 0 <= float(mlp[0][4]) <= 1
+    assert mlp[0][1] == "1/1" and re.fullmatch(r"0:00:\d\d", mlp[0][4]) and 0 <= float(mlp[0][5]) <= 1
+    assert float(mlp[0][7]) >= 0  # overhead [s]
     header = _block(text, "model=mlp")[0]
-    assert header == "| batch | first epoch [s] | median epoch from 2 [s] | total time | accuracy | peak MB |"
+    assert header == ("| batch | runs | first epoch [s] | median epoch from 2 [s] | total time | accuracy | peak MB "
+                      "| overhead [s] | note |")
 
 
 def test_oom_rows_say_oom(batch_sweep):
     _, _, text = batch_sweep
     oom = _table_after(text, "model=oom_above")
     assert [r[0] for r in oom] == ["16", "128"]
-    assert oom[0][1] != "OOM" and oom[1][1] == "OOM"
+    assert oom[0][2] != "OOM" and oom[1][2] == "OOM" and oom[1][1] == "0/1"
 
 
 def test_figures_written_and_listed(batch_sweep):
@@ -96,3 +98,17 @@ def test_no_sweep_is_one_line_and_exit_2(tmp_path, capsys):
     assert report.main(["--tracking-uri", uri]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("sweeps.report: error: no sweep")
+
+
+def test_repeats_are_one_row_with_the_median_and_its_spread(tmp_path):
+    proc = cli_in_process(["-m", "model=mlp", "repeat=0,1,2", "batch=32", "dataset=synthetic", "dataset.shape=[1,8,8]",
+                           "dataset.train_size=128", "dataset.test_size=32", "epochs=3", "device=cpu",
+                           "telemetry.interval_s=0", TEST_CONF], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "3 job(s): 3 ok" in proc.stdout  # repeats are jobs of their own, never skipped as done
+    out = tmp_path / "out"
+    assert report.main(["--tracking-uri", store(tmp_path).tracking_uri, "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    (row,) = _table_after(text, "all")  # repeat is not a group of its own: one row for batch 32
+    assert row[0] == "32" and row[1] == "3/3"
+    assert re.fullmatch(r"[\d.]+ \[[\d.]+, [\d.]+\]", row[3])  # median epoch: median [min, max]
