@@ -75,14 +75,15 @@ def in_process(tmp_path, monkeypatch):
     return lambda overrides: job.run(compose(overrides))
 
 
-def cli_in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def cli_in_process(args: list[str], cwd: Path, fresh_store: bool = False) -> subprocess.CompletedProcess:
     """``python -m sweeps ARGS`` through the real entry point (:func:`sweeps.launch.cli.cli`: Hydra's
     argument parsing, composition, multirun, sweep callback, exit status) but in this process, in
     ``cwd``: the stdout, stderr and exit status :func:`run_cli` would give, without a new
     interpreter's ~5 s of imports. Everything the run changes in this process is put back: working
     directory, argv, environment, signal handlers, root logging, Hydra's singletons, the outcome
     counters. Use :func:`run_cli` where the process itself is the point (exit status of a real
-    interpreter, signals, SIGKILL, several processes)."""
+    interpreter, signals, SIGKILL, several processes). Unless ``fresh_store``, a ``cwd`` without
+    ./mlruns gets an empty store with its tables made (:func:`seed_store`)."""
     import contextlib
     import io
     import logging
@@ -93,6 +94,8 @@ def cli_in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
     from sweeps.launch import cli, job, outcome, signals
 
+    if not fresh_store:
+        seed_store(cwd)
     saved_cwd, saved_argv, saved_env = os.getcwd(), sys.argv, dict(os.environ)
     saved_signals = {s: signal_module.getsignal(s) for s in signals.SIGNALS}
     root = logging.getLogger()
@@ -125,7 +128,7 @@ def cli_in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
         HydraConfig.instance().cfg = None
         GlobalHydra.instance().clear()
         for s, handler in saved_signals.items():
-            signal_module.signal(s, handler)
+            signal_module.signal(s, handler if handler is not None else signal_module.SIG_DFL)
         os.environ.clear()
         os.environ.update(saved_env)
         sys.argv = saved_argv
@@ -133,3 +136,85 @@ def cli_in_process(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
         outcome._counts.clear()
         job.LAST_JOB.clear()
     return subprocess.CompletedProcess(["python", "-m", "sweeps", *args], code, out.getvalue(), err.getvalue())
+
+
+_TEMPLATE: list[Path] = []  # the session's empty store (see seed_store)
+
+
+def _template_db() -> Path:
+    """An empty MLflow sqlite store, its tables made once per test session."""
+    if not _TEMPLATE:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="sweeps-store-template-"))
+        atexit.register(shutil.rmtree, folder, True)
+        db = folder / "mlflow.db"
+        MlflowClient(f"sqlite:///{db}").search_experiments()  # creates and migrates the tables
+        _TEMPLATE.append(db)
+    return _TEMPLATE[0]
+
+
+def seed_store(cwd: Path) -> None:
+    """Give ``cwd`` the default store ./mlruns/mlflow.db with MLflow's tables already made (a copy
+    of an empty one), unless ./mlruns exists. MLflow's migrations of a brand-new sqlite store take
+    1-2 s, paid once per session instead of once per in-process job test; the real processes
+    (``run_cli``) and tests marked ``fresh_store`` still create theirs from nothing."""
+    import shutil
+
+    mlruns = cwd / "mlruns"
+    if mlruns.exists():
+        return
+    template = _template_db()
+    mlruns.mkdir(parents=True)
+    shutil.copyfile(template, mlruns / "mlflow.db")
+
+
+@pytest.fixture(autouse=True)
+def _seeded_store_for_in_process(request):
+    """A test that runs jobs with ``in_process`` starts with an empty store in tmp_path/mlruns
+    (:func:`seed_store`); ``@pytest.mark.fresh_store`` opts out (a test of a missing or brand-new
+    store)."""
+    if "in_process" in request.fixturenames and request.node.get_closest_marker("fresh_store") is None:
+        seed_store(request.getfixturevalue("tmp_path"))
+
+
+class StartedCli:
+    """``python -m sweeps ARGS`` started now in ``cwd`` (as :func:`run_cli` runs it) and awaited
+    later with :meth:`result`, so a test module's real processes run side by side (and beside its
+    in-process tests) instead of one after another. Output goes to files, not pipes: a chatty
+    process never blocks on a full pipe while nobody reads it."""
+
+    def __init__(self, args: list[str], cwd: Path, timeout: float = 600):
+        import tempfile
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))}
+        env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        self.args, self.cwd, self.timeout = [sys.executable, "-m", "sweeps", *args], cwd, timeout
+        self._out, self._err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(self.args, cwd=cwd, env=env, stdout=self._out, stderr=self._err, text=True)
+        self._result: subprocess.CompletedProcess | None = None
+
+    def result(self) -> subprocess.CompletedProcess:
+        """Wait for the process (killed after ``timeout`` s from now) and return what run_cli would."""
+        if self._result is None:
+            try:
+                self.proc.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise
+            outputs = []
+            for f in (self._out, self._err):
+                f.seek(0)
+                outputs.append(f.read())
+                f.close()
+            self._result = subprocess.CompletedProcess(self.args, self.proc.returncode, *outputs)
+        return self._result
+
+    def stop(self) -> None:
+        """Kill it if it still runs (a failed test's leftover); a no-op once it has ended."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

@@ -2,9 +2,9 @@
 
 Most cases run the job in-process (``in_process``): bad input raises :class:`UsageError`, whose
 message is the one line the CLI prints (``sweeps: error: ...``, exit 2), and a composition error
-raises Hydra's exception, whose text is what the CLI prints (exit 1). One case per CLI path runs
-the real process: a bad value, a composition error, an unknown preset, the design card's sweep
-offline — exit status, one line on stderr, no traceback."""
+raises Hydra's exception, whose text is what the CLI prints (exit 2 as well). One case per CLI
+path runs the real process: a bad value, a composition error, an unknown preset, the design
+card's sweep offline — exit status, one line on stderr, no traceback."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from conftest import run_cli, store
+from conftest import TEST_CONF, StartedCli, store
 from sweeps.errors import UsageError
 
 
@@ -39,9 +39,33 @@ def _usage_error(in_process, overrides: list[str]) -> str:
     return line
 
 
-def test_bad_value_is_one_line_on_stderr_and_exit_2(tmp_path, tiny):
+TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32",
+        "epochs=2", "device=cpu", TEST_CONF]
+CLI_PATHS = {  # one real process per way the CLI stops on bad input
+    "bad_value": ["model=mlp", *TINY, "batch=0"],
+    "unknown_model": ["model=resnet5"],
+    "design_card": ["-m", "model=cnn10,wrn28_10", "batch=128,256,512,1024,2048"],
+    "unknown_preset": ["+experiment=nope"],
+}
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory) -> dict[str, tuple[Path, StartedCli]]:
+    """The real processes of CLI_PATHS, started together (each in a folder of its own) when the
+    first test needs one; each test awaits its own."""
+    started = {}
+    for name, args in CLI_PATHS.items():
+        cwd = tmp_path_factory.mktemp(name)
+        started[name] = (cwd, StartedCli(args, cwd))
+    yield started
+    for _, proc in started.values():
+        proc.stop()
+
+
+def test_bad_value_is_one_line_on_stderr_and_exit_2(cli):
     """The CLI path of every UsageError below: one line on stderr, no traceback, exit 2."""
-    proc = run_cli(["model=mlp", *tiny, "batch=0"], tmp_path)
+    _, started = cli["bad_value"]
+    proc = started.result()
     assert proc.returncode == 2
     line = _one_error_line(proc)
     assert "batch=0" in line and "positive integer" in line
@@ -64,19 +88,21 @@ def test_subset_larger_than_the_data(in_process):
     assert "dataset.train_size=5000" in line and "at most 354" in line
 
 
-def test_unknown_model_fails_at_composition_with_the_options(tmp_path):
-    """The CLI path of a composition error: Hydra's message, no traceback, exit 1."""
-    proc = run_cli(["model=resnet5"], tmp_path)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+def test_unknown_model_fails_at_composition_with_the_options(cli):
+    """The CLI path of a composition error: Hydra's message, no traceback, exit 2 (bad input)."""
+    tmp_path, started = cli["unknown_model"]
+    proc = started.result()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[0] == "In 'config': Could not find 'model/resnet5'"
     assert "resnet50" in proc.stderr and "cnn10" in proc.stderr
     assert not (tmp_path / "mlruns").exists()  # nothing started
 
 
+@pytest.mark.fresh_store
 @pytest.mark.parametrize("override, key", [("model.widht=3", "widht"), ("epochs=abc", "epochs"),
                                            ("dataset.rooot=x", "rooot")])
 def test_typos_and_types_fail_at_composition(tmp_path, in_process, override, key):
-    """What the CLI prints for these is the exception's text, then its cause's (exit 1)."""
+    """What the CLI prints for these is the exception's text, then its cause's (exit 2)."""
     with pytest.raises(ConfigCompositionException) as caught:
         in_process([override])
     text = str(caught.value) + "\n" + str(caught.value.__cause__ or "")
@@ -90,9 +116,10 @@ def test_missing_imagefolder_root(tmp_path, in_process):
     assert "dataset.root=" in line and "nowhere" in line and "train/" in line
 
 
-def test_design_card_sweep_without_cifar_stops_at_once(tmp_path):
+def test_design_card_sweep_without_cifar_stops_at_once(cli):
     """The design card's command, offline and without files: one line, no ten failed runs."""
-    proc = run_cli(["-m", "model=cnn10,wrn28_10", "batch=128,256,512,1024,2048"], tmp_path)
+    tmp_path, started = cli["design_card"]
+    proc = started.result()
     assert proc.returncode == 2
     line = _one_error_line(proc)
     assert "CIFAR-10 is not under dataset.root=data" in line and "cifar-10-batches-py" in line
@@ -102,9 +129,10 @@ def test_design_card_sweep_without_cifar_stops_at_once(tmp_path):
     assert parent.info.status == "FAILED" and "CIFAR-10" in parent.data.tags["sweeps.stopped"]
 
 
-def test_unknown_preset(tmp_path):
-    proc = run_cli(["+experiment=nope"], tmp_path)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+def test_unknown_preset(cli):
+    _, started = cli["unknown_preset"]
+    proc = started.result()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "experiment/nope" in proc.stderr.splitlines()[0]
 
 
@@ -147,6 +175,7 @@ def test_corrupt_image_met_in_a_loader_worker_is_named():
     assert classify(OSError(text)) == ("error", "PIL.UnidentifiedImageError: cannot identify image file 'a/3.png'")
 
 
+@pytest.mark.fresh_store
 def test_unwritable_mlruns(tmp_path, tiny, in_process):
     (tmp_path / "mlruns").write_text("a file where the store's folder should be")
     line = _usage_error(in_process, ["model=mlp", *tiny])

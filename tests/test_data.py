@@ -23,7 +23,7 @@ from hydra import compose, initialize_config_dir
 from PIL import Image
 
 import sweeps.config
-from sweeps.data.loaders import default_workers, make_loaders
+from sweeps.data.loaders import default_workers, describe_workers, make_loaders
 from sweeps.data.datasets import CIFAR10_STATS, MNIST_STATS, DataSpec, build_datasets
 
 from sweeps.errors import DataUnavailable, UsageError
@@ -449,13 +449,21 @@ def test_test_loader_is_ordered_and_capped():
     assert big.batch_size == 20 and len(batches) == 1 and batches[0][0].tolist() == list(range(20))
 
 
-def test_default_workers():
-    """In-memory data gets no workers; image datasets get a few; dataset.num_workers wins."""
+def test_default_workers(monkeypatch):
+    """In-memory data gets no workers; image datasets get the cores the training leaves free (a
+    CPU job: beyond torch's threads; a GPU job: all but one); dataset.num_workers wins; the tag
+    says which."""
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     for name in ("diabetes", "synthetic"):
         cfg = dataset_cfg(f"dataset={name}")
         assert default_workers(cfg, cpu) == default_workers(cfg, cuda) == 0
     cifar = dataset_cfg("dataset=cifar10")
-    assert 1 <= default_workers(cifar, cpu) <= 4 and 1 <= default_workers(cifar, cuda) <= 8
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 6)
+    assert default_workers(cifar, cpu) == 2 and default_workers(cifar, cuda) == 7
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
+    assert default_workers(cifar, cpu) == 0  # torch uses every core: no worker fights it
+    assert "0 worker(s) (chosen: 8 core(s), 8 torch thread(s), cpu training)" in describe_workers(
+        dataset_cfg("dataset=cifar10", "dataset.loader=dataloader"), cpu)
     assert default_workers(dataset_cfg("dataset=cifar10", "dataset.num_workers=0"), cuda) == 0
     assert default_workers(dataset_cfg("dataset=synthetic", "dataset.num_workers=3"), cpu) == 3

@@ -8,12 +8,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import TEST_CONF, TESTS, cli_in_process, runs, store
+from conftest import TEST_CONF, TESTS, StartedCli, cli_in_process, runs, store
 
 SLOW = ["model=slow", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=256",
         "dataset.test_size=32", "batch=32", "device=cpu", "telemetry.interval_s=0", "checkpoint.every_epochs=1",
@@ -29,12 +30,15 @@ def _start(args: list[str], cwd: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_checkpoint(cwd: Path, epoch: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+def _wait_for_checkpoint(cwd: Path, epoch: int, started: StartedCli, timeout: float = 120) -> None:
+    """Until the job in ``cwd`` has checkpointed epoch ``epoch`` or a later one."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if list((cwd / "checkpoints").glob(f"*/*/epoch_{epoch:04d}.pt")):
+        written = [int(p.stem.split("_")[1]) for p in (cwd / "checkpoints").glob("*/*/epoch_*.pt")]
+        if max(written, default=0) >= epoch:  # only the newest checkpoint.keep are kept
             return
-        assert proc.poll() is None, proc.communicate()
+        if started.proc.poll() is not None:
+            raise AssertionError(f"ended before its checkpoint of epoch {epoch}: {started.result().stderr[-2000:]}")
         time.sleep(0.1)
     raise AssertionError(f"no checkpoint of epoch {epoch} within {timeout} s")
 
@@ -43,12 +47,26 @@ def _history(cwd: Path, run_id: str, key: str) -> list[tuple[int, float]]:
     return sorted((m.step, m.value) for m in store(cwd).get_metric_history(run_id, key))
 
 
+@pytest.fixture(scope="module")
+def sweeps_to_signal(tmp_path_factory) -> dict:
+    """One real sweep per signal, started side by side; each test signals its own once it has
+    written its first checkpoint (50 epochs of 0.4 s: still running by then)."""
+    started = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        cwd = tmp_path_factory.mktemp(sig.name)
+        started[sig] = (cwd, StartedCli(["-m", "batch=32,64", "epochs=50", *SLOW], cwd, timeout=120))
+    yield started
+    for _, proc in started.values():
+        proc.stop()
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_ends_runs_killed_and_exits(tmp_path, sig, code):
-    proc = _start(["-m", "batch=32,64", "epochs=20", *SLOW], tmp_path)
-    _wait_for_checkpoint(tmp_path, 1, proc)
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
+def test_signal_ends_runs_killed_and_exits(sweeps_to_signal, sig, code):
+    tmp_path, started = sweeps_to_signal[sig]
+    _wait_for_checkpoint(tmp_path, 1, started)
+    started.proc.send_signal(sig)
+    proc = started.result()
+    err = proc.stderr
     assert proc.returncode == code, err[-2000:]
     assert f"interrupted by {sig.name}" in err and "Traceback" not in err
     parent = next(r for r in runs(tmp_path) if "mlflow.parentRunId" not in r.data.tags)
@@ -60,15 +78,28 @@ def test_signal_ends_runs_killed_and_exits(tmp_path, sig, code):
 
 
 def test_sigkill_then_rerun_marks_stale_and_resumes_the_loss_curve(tmp_path):
+    started = StartedCli(["epochs=6", *SLOW], tmp_path)  # a real process, SIGKILLed after epoch 3
+    killed: list = []
+
+    def kill_after_checkpoint_3() -> None:
+        try:
+            _wait_for_checkpoint(tmp_path, 3, started)
+            started.proc.kill()  # SIGKILL: no handler runs, the run stays RUNNING
+            killed.append("killed")
+        except BaseException as e:  # noqa: BLE001 (reported by the test below)
+            killed.append(e)
+            started.stop()
+
+    killer = threading.Thread(target=kill_after_checkpoint_3, daemon=True)
+    killer.start()
+    # meanwhile, in this process: the same job uninterrupted, the reference loss curve
     reference = tmp_path / "reference"
     reference.mkdir()
     assert cli_in_process(["epochs=6", *SLOW], reference).returncode == 0
     (ref_run,) = runs(reference)
-
-    proc = _start(["epochs=6", *SLOW], tmp_path)
-    _wait_for_checkpoint(tmp_path, 3, proc)
-    proc.kill()  # SIGKILL: no handler runs, the run stays RUNNING
-    proc.communicate()
+    killer.join(timeout=180)
+    assert killed == ["killed"], killed
+    started.result()
     (stale,) = runs(tmp_path)
     assert stale.info.status == "RUNNING"
 

@@ -9,7 +9,7 @@ import csv
 import pytest
 import torch
 
-from conftest import TEST_CONF, run_cli, runs, store
+from conftest import TEST_CONF, StartedCli, runs, store
 
 EPOCH_METRICS = {"time/epoch_s", "time/eval_s", "phase/sum_s", "train/loss", "train/acc", "test/loss",
                  "test/acc", "phase/data_ms", "phase/forward_ms", "phase/backward_ms", "phase/optimizer_ms",
@@ -18,14 +18,32 @@ SUMMARY_METRICS = {"time/first_epoch_s", "time/median_epoch_s", "time/total_s", 
                    "mem/peak_mb", "batch_size", "lr"}
 
 
+TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32",
+        "epochs=2", "device=cpu", TEST_CONF]
+SWEEPS = {
+    # model=oom_above,mlp × batch=16,64: the OOM job (oom_above, 64) comes second, jobs follow it
+    "oom_sweep": ["-m", "model=oom_above,mlp", "batch=16,64", *TINY],
+    "error_sweep": ["-m", "model=broken,mlp", "batch=32", *TINY],
+}
+
+
 @pytest.fixture(scope="module")
-def oom_sweep(tmp_path_factory):
+def sweeps(tmp_path_factory) -> dict[str, tuple]:
+    """The module's two real sweeps, started side by side when the first test needs one."""
+    started = {}
+    for name, args in SWEEPS.items():
+        cwd = tmp_path_factory.mktemp(name)
+        started[name] = (cwd, StartedCli(args, cwd))
+    yield started
+    for _, proc in started.values():
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def oom_sweep(sweeps):
     """model=oom_above,mlp × batch=16,64: the OOM job (oom_above, 64) comes second, jobs follow it."""
-    cwd = tmp_path_factory.mktemp("oom_sweep")
-    args = ["-m", "model=oom_above,mlp", "batch=16,64", "dataset=synthetic", "dataset.shape=[1,8,8]",
-            "dataset.train_size=128", "dataset.test_size=32", "epochs=2", "device=cpu",
-            TEST_CONF]
-    return cwd, run_cli(args, cwd)
+    cwd, started = sweeps["oom_sweep"]
+    return cwd, started.result()
 
 
 def test_sweep_finishes_with_exit_0_despite_oom(oom_sweep):
@@ -103,8 +121,9 @@ def test_console_shows_epoch_table_and_summary(oom_sweep):
     assert "4 job(s): 3 ok, 1 oom" in summary
 
 
-def test_error_job_is_logged_failed_and_sweep_goes_on(tmp_path, tiny):
-    proc = run_cli(["-m", "model=broken,mlp", "batch=32", *tiny], tmp_path)
+def test_error_job_is_logged_failed_and_sweep_goes_on(sweeps):
+    tmp_path, started = sweeps["error_sweep"]
+    proc = started.result()
     assert proc.returncode == 1, proc.stderr[-2000:]
     children = {r.info.run_name: r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags}
     broken, mlp = children["model=broken"], children["model=mlp"]
