@@ -3,6 +3,7 @@ sweep logged to it over HTTP, and the runs read back through the server."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -31,7 +32,7 @@ def _start_server(tmp_path, env: dict | None = None) -> tuple[subprocess.Popen, 
                                "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
                                "--artifacts-destination", str(tmp_path / "artifacts")],
                               cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**os.environ, **(env or {})})
+                              env={**os.environ, **(env or {})}, start_new_session=True)
     deadline = time.monotonic() + START_S
     while True:
         try:
@@ -40,9 +41,25 @@ def _start_server(tmp_path, env: dict | None = None) -> tuple[subprocess.Popen, 
         except requests.RequestException:
             pass
         if server.poll() is not None or time.monotonic() > deadline:
-            server.kill()
+            _stop_server(server)
             raise AssertionError(f"mlflow server did not answer /health within {START_S} s (exit {server.poll()})")
         time.sleep(0.5)
+
+
+def _stop_server(server: subprocess.Popen) -> None:
+    """End the server and every process it started (uvicorn, MLflow's job consumers): killing
+    ``mlflow server`` alone leaves them running, holding ~2 GB between them. They share the
+    process group its own session gave it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(server.pid, sig)
+        except ProcessLookupError:  # the whole group has ended
+            break
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        time.sleep(1)  # the group's other members end after its leader
 
 
 @pytest.mark.slow  # server start-up plus a 2-job sweep: ~45 s here
@@ -65,8 +82,7 @@ def test_sweep_logs_to_a_tracking_server_over_http(tmp_path):
         assert all(r.data.tags["outcome"] == "ok" and "test/final_acc" in r.data.metrics for r in children)
         assert "config.yaml" in [a.path for a in client.list_artifacts(children[0].info.run_id)]
     finally:
-        server.kill()
-        server.wait(timeout=30)
+        _stop_server(server)
 
 
 @pytest.mark.slow  # a server with a one-connection pool and 4 concurrent jobs of 300 short epochs: ~1-2 min
@@ -95,5 +111,4 @@ def test_an_overloaded_server_gets_every_epoch_exactly_once(tmp_path):
                 steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
                 assert sorted(steps) == list(range(1, epochs + 1)), (key, len(steps))
     finally:
-        server.kill()
-        server.wait(timeout=30)
+        _stop_server(server)
