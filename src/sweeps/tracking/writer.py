@@ -13,6 +13,7 @@ jobs that run one after another in one process never inherit each other's state.
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import threading
 import time
@@ -119,6 +120,10 @@ class RunWriter:
                 time.sleep(wait)
 
     def _loop(self) -> None:
+        try:  # Linux: this thread only at the lowest priority, so sends use cores the training leaves idle
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
+            pass
         while not self._wake.wait(FLUSH_S):
             self.flush()
 
