@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from conftest import TEST_CONF, StartedCli, store
+from conftest import TEST_CONF, StartedCli, start_together, store
 from sweeps.errors import UsageError
 
 
@@ -53,13 +53,7 @@ CLI_PATHS = {  # one real process per way the CLI stops on bad input
 def cli(tmp_path_factory) -> dict[str, tuple[Path, StartedCli]]:
     """The real processes of CLI_PATHS, started together (each in a folder of its own) when the
     first test needs one; each test awaits its own."""
-    started = {}
-    for name, args in CLI_PATHS.items():
-        cwd = tmp_path_factory.mktemp(name)
-        started[name] = (cwd, StartedCli(args, cwd))
-    yield started
-    for _, proc in started.values():
-        proc.stop()
+    yield from start_together(tmp_path_factory, CLI_PATHS)
 
 
 def test_bad_value_is_one_line_on_stderr_and_exit_2(cli):

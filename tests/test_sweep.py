@@ -9,7 +9,7 @@ import csv
 import pytest
 import torch
 
-from conftest import TEST_CONF, StartedCli, runs, store
+from conftest import TEST_CONF, runs, start_together, store
 
 EPOCH_METRICS = {"time/epoch_s", "time/eval_s", "phase/sum_s", "train/loss", "train/acc", "test/loss",
                  "test/acc", "phase/data_ms", "phase/forward_ms", "phase/backward_ms", "phase/optimizer_ms",
@@ -30,13 +30,7 @@ SWEEPS = {
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory) -> dict[str, tuple]:
     """The module's two real sweeps, started side by side when the first test needs one."""
-    started = {}
-    for name, args in SWEEPS.items():
-        cwd = tmp_path_factory.mktemp(name)
-        started[name] = (cwd, StartedCli(args, cwd))
-    yield started
-    for _, proc in started.values():
-        proc.stop()
+    yield from start_together(tmp_path_factory, SWEEPS)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,6 @@ if any, and it has no energy figure (``energy/train_j`` is then omitted). One su
 """
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import threading
 import time
@@ -27,7 +25,7 @@ import psutil
 
 from sweeps.telemetry import nvml as nvml_api
 from sweeps.telemetry.nvml import GPU_FIELDS, HOST_FIELDS, MB, PERMANENT, gpu_ids, nvml_problem, why
-from sweeps.telemetry.stats import energy, epoch_metrics, reasons_seen
+from sweeps.telemetry.stats import energy, epoch_metrics, reasons_seen, samples_csv
 
 log = logging.getLogger("sweeps")
 META = ("t_s", "unix_s", "epoch", "mark")  # seconds since start, Unix time, training epoch, edge
@@ -258,15 +256,7 @@ class Telemetry:
 
     def csv(self) -> str:
         """The samples, one row each (fields a GPU does not support left out)."""
-        keep = [i for i, c in enumerate(self.columns)
-                if not (c.startswith("gpu") and (int(c[3:c.index("_")]), c[c.index("_") + 1:]) in self.dropped)]
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow([self.columns[i] for i in keep])
-        for row in self.rows:
-            w.writerow(["" if row[i] is None else (row[i] if isinstance(row[i], (int, str)) else round(row[i], 4))
-                        for i in keep])
-        return buf.getvalue()
+        return samples_csv(self.rows, self.columns, self.dropped)
 
 
 def for_job(interval_s: float, device: Any) -> Telemetry:

@@ -10,6 +10,9 @@ that interval, and the first sample of a window (which describes the time before
 """
 from __future__ import annotations
 
+import csv
+import io
+
 from typing import Sequence
 
 # nvmlClocksEventReason* bits of nvmlDeviceGetCurrentClocksEventReasons (NVML API reference,
@@ -117,3 +120,17 @@ def reasons_seen(rows: Sequence[tuple], columns: Sequence[str]) -> str:
         for i in idx:
             bits |= int(r[i] or 0)
     return ", ".join(name for bit, name in REASONS.items() if bits & bit)
+
+
+def samples_csv(rows: Sequence[tuple], columns: Sequence[str], dropped: dict) -> str:
+    """``rows`` as CSV under ``columns``, without the ``gpu<k>_<field>`` columns whose (k, field)
+    is in ``dropped`` (queries that GPU does not support); floats to 4 decimals, None empty."""
+    keep = [i for i, c in enumerate(columns)
+            if not (c.startswith("gpu") and (int(c[3:c.index("_")]), c[c.index("_") + 1:]) in dropped)]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow([columns[i] for i in keep])
+    for row in rows:
+        w.writerow(["" if row[i] is None else (row[i] if isinstance(row[i], (int, str)) else round(row[i], 4))
+                    for i in keep])
+    return buf.getvalue()
