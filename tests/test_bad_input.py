@@ -119,7 +119,10 @@ def test_design_card_sweep_without_cifar_stops_at_once(cli):
     assert "CIFAR-10 is not under dataset.root=data" in line and "cifar-10-batches-py" in line
     client = store(tmp_path)
     exp = client.get_experiment_by_name("sweeps")
-    (parent,) = client.search_runs([exp.experiment_id])  # the parent only: no job run was started
+    assert client.search_runs([exp.experiment_id]) == []  # no job ran: no run, not even an empty parent
+    from mlflow.entities import ViewType
+
+    (parent,) = client.search_runs([exp.experiment_id], run_view_type=ViewType.DELETED_ONLY)  # kept, deleted
     assert parent.info.status == "FAILED" and "CIFAR-10" in parent.data.tags["sweeps.stopped"]
 
 

@@ -67,7 +67,9 @@ def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = 
 
 
 def stop(error: UsageError) -> None:
-    """End the sweep on bad input: one line on stderr, the parent run closed FAILED, exit 2.
+    """End the sweep on bad input: one line on stderr, exit 2. The parent run is closed FAILED
+    with the reason in ``sweeps.stopped`` when jobs of it were logged; a parent with no job (the
+    input was rejected before any ran) is deleted, so no empty run is left behind.
 
     Raises:
         SystemExit: always (status 2). Hydra lets it through, so no other job starts.
@@ -79,6 +81,8 @@ def stop(error: UsageError) -> None:
         client = MlflowClient(uri)
         client.set_tag(parent, names.STOPPED_TAG, message[:5000])
         client.set_terminated(parent, "FAILED")
+        if not store.child_runs(client, client.get_run(parent).info.experiment_id, parent):
+            client.delete_run(parent)  # nothing was measured: leave no empty sweep in the UI
     raise SystemExit(2)
 
 
