@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -39,6 +40,7 @@ from sweeps.errors import DeviceUnavailable, Diverged, Terminated
 from sweeps.launch import rank as rank_process
 from sweeps.tracking import store
 from sweeps.tracking.epochs import read_journal
+from sweeps.train.noise import JOB_PID_ENV
 
 log = logging.getLogger("sweeps")
 MONITOR_S = 0.1  # s between the agent's checks of the ranks: how soon a failed rank stops the others
@@ -101,6 +103,7 @@ def launch(job, journal: Path) -> None:
                           rdzv_endpoint=f"127.0.0.1:{_free_port()}", rdzv_configs={"timeout": int(cfg.device.timeout_s)},
                           monitor_interval=MONITOR_S, start_method="spawn",
                           logs_specs=DefaultLogsSpecs(log_dir=str(work / "torch")))
+    os.environ[JOB_PID_ENV] = str(os.getpid())  # ranks count their siblings as the job's CPU, not noise
     # the launcher installs its own SIGINT/SIGTERM/... handlers and leaves them: keep the job's
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     ended_ok = False

@@ -8,6 +8,7 @@ neighbour. :class:`HostLoad` measures it per epoch from two reads of ``/proc/sta
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -19,6 +20,7 @@ def _busy_s() -> float:
     return sum(getattr(t, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq", "steal"))
 
 
+JOB_PID_ENV = "SWEEPS_JOB_PID"  # a data-parallel rank's job process: its whole tree is the job
 CHILDREN_EVERY_S = 5.0  # how often the list of child processes is refreshed (it scans /proc: ~2 ms)
 
 
@@ -49,7 +51,13 @@ class HostLoad:
     """
 
     def __init__(self):
-        self.process = psutil.Process()
+        # the job's process tree: this process, or under device=ddp the job process that started
+        # the ranks, so the other ranks (and every rank's loader workers) count as the job, not noise
+        root = os.environ.get(JOB_PID_ENV, "")
+        try:
+            self.process = psutil.Process(int(root)) if root.isdigit() else psutil.Process()
+        except psutil.Error:
+            self.process = psutil.Process()
         self.cores = psutil.cpu_count() or 1
         self.value = 0.0
         self._last: tuple[float, float, float] | None = None
