@@ -96,7 +96,7 @@ def launch(job, journal: Path) -> None:
         cfg=OmegaConf.to_container(cfg, resolve=True), backend=backend(cfg.device),
         tracking_uri=store.tracking_uri(cfg), run_id=job.run_id, run_dir=str(job.checkpoints.directory.resolve()),
         journal=str(journal.resolve()), resume=job.resume_state is not None,
-        logged_through=getattr(job.epochs, "logged_through", 0), work_dir=str(work),
+        logged_through=job.epochs.logged_through, work_dir=str(work),
         log_format=log_format, log_targets=log_targets)
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=cfg.device.gpus, max_restarts=0,
                           run_id=f"sweeps-{uuid.uuid4().hex[:8]}", rdzv_backend="c10d",

@@ -6,7 +6,6 @@ sweep before the job's run is opened. SIGINT/SIGTERM end the job ``killed`` and 
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -31,7 +30,7 @@ from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import resume, store
 from sweeps.data.fingerprint import data_fingerprint
 from sweeps.tracking.env import environment_tags, fingerprint_json, hardware
-from sweeps.tracking.epochs import EpochLog, read_journal
+from sweeps.tracking.epochs import EpochLog, truncate_journal
 from sweeps.tracking.writer import RunWriter
 from sweeps.train.checkpoint import Checkpoints
 
@@ -113,8 +112,7 @@ class JobRun:
             if parent and parent != before:  # the sweep that resumed it owns it now: its summary and report count it
                 self.writer.set_tags({names.PARENT_RUN_TAG: parent, names.PREVIOUS_PARENT_TAG: before or ""})
             self.first_epoch = self.resume_state["epoch"] + 1
-            records = read_journal(run_dir / JOURNAL, up_to_epoch=self.resume_state["epoch"])
-            (run_dir / JOURNAL).write_text("".join(_json_line(r) for r in records), encoding="utf-8")
+            records = truncate_journal(run_dir / JOURNAL, self.resume_state["epoch"])
             self.writer.replay(records)  # what the killed process still had queued
             logged_through = max((m.step for m in self.client.get_metric_history(self.writer.run_id, names.EPOCH_S)),
                                  default=0)
@@ -122,8 +120,7 @@ class JobRun:
             parent = store.parent_run_id() if self.multirun else None
             self.writer = RunWriter(self.client, self.experiment_id, self.name, parent,
                                     {**environment_tags(), names.OVERRIDES_TAG: self.name, **tags})
-            skip = tuple(settings_of_other_tasks(cfg.task))
-            self.writer.log_params({**store.flatten(cfg, skip), **self.choices})
+            self.writer.log_params({**store.flatten(cfg, self.task.other_settings), **self.choices})
             self.writer.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
             self.writer.log_text(fingerprint_json(), "fingerprint.json")
             run_dir = root / self.writer.run_id
@@ -172,10 +169,6 @@ class JobRun:
         return outcome, error
 
 
-def _json_line(rec: dict) -> str:
-    return json.dumps(rec, separators=(",", ":")) + "\n"
-
-
 def run(cfg: DictConfig) -> str:
     """Run the job ``cfg`` describes; returns its outcome (see :data:`sweeps.names.OUTCOMES`), or
     ``skipped`` when an earlier run of the same config is done.
@@ -195,7 +188,8 @@ def run(cfg: DictConfig) -> str:
     if not multirun:  # a sweep does this once, in its callback
         resume.mark_stale(client, experiment_id)
     identity = {names.DATA_TAG: data_fingerprint(cfg.dataset), names.HARDWARE_TAG: hardware(cfg.device.name)}
-    chash = resume.config_hash(cfg, tuple(settings_of_other_tasks(cfg.task)), identity)
+    task.other_settings = tuple(settings_of_other_tasks(cfg.task))  # neither params nor identity
+    chash = resume.config_hash(cfg, task.other_settings, identity)
     previous = resume.previous_run(client, experiment_id, chash) if cfg.resume else None
     if previous is not None and previous.data.tags.get(names.OUTCOME_TAG) in names.DONE:
         log.info("job %s: already done in run %s (outcome %s): skipped; resume=false runs it again", name,

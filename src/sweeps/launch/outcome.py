@@ -13,19 +13,25 @@ from sweeps.train.memory import is_oom, release_memory  # noqa: F401 (re-exporte
 _counts: Counter = Counter()  # outcomes of the jobs run by this process (exit status, skips)
 
 
+def explain(exc: BaseException) -> tuple[BaseException, str]:
+    """The exception that says why (Hydra's instantiate wraps the model's own error) and its one
+    line (an error re-raised from a DataLoader worker carries its cause on the last line)."""
+    if isinstance(exc, InstantiationException) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    lines = str(exc).strip().splitlines() or [""]
+    return exc, (lines[-1] if "Original Traceback" in str(exc) else lines[0]).strip()[:500]
+
+
 def classify(exc: BaseException) -> tuple[str, str]:
     """``(outcome, one-line message)`` for an exception that ended a job."""
-    if isinstance(exc, InstantiationException) and exc.__cause__ is not None:
-        exc = exc.__cause__  # hydra.utils.instantiate wraps the model's own error
-    lines = str(exc).strip().splitlines() or [""]
-    if "Original Traceback" in str(exc):  # re-raised from a DataLoader worker: the cause is last
-        return (OOM if is_oom(exc) else ERROR), lines[-1].strip()[:500]
-    first_line = lines[0][:500]
-    message = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+    exc, line = explain(exc)
+    if "Original Traceback" in str(exc):  # from a DataLoader worker: the line is the cause itself
+        return (OOM if is_oom(exc) else ERROR), line
+    message = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
     if isinstance(exc, (DeviceUnavailable, DataUnavailable)):  # data: only with dataset.if_missing=skip
-        return UNAVAILABLE, first_line
+        return UNAVAILABLE, line
     if isinstance(exc, Diverged):
-        return DIVERGED, first_line
+        return DIVERGED, line
     if is_oom(exc):
         return OOM, message
     return ERROR, message

@@ -31,11 +31,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hydra.errors import InstantiationException
 from omegaconf import OmegaConf
 
 from sweeps.launch import signals
-from sweeps.launch.outcome import classify
+from sweeps.launch.outcome import classify, explain
 from sweeps.tasks.base import create
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking.epochs import EpochLog
@@ -98,8 +97,8 @@ class RankJob:
             from sweeps.tracking.writer import RunWriter
 
             self.writer = RunWriter.attach(MlflowClient(spec.tracking_uri), spec.run_id, reopen=False)
-            again = {"logged_through": spec.logged_through} if spec.logged_through else {}
-            self.epochs = EpochLog(self.writer, Path(spec.journal), regression, cfg.log_every_s, cfg.epochs, **again)
+            self.epochs = EpochLog(self.writer, Path(spec.journal), regression, cfg.log_every_s, cfg.epochs,
+                                   logged_through=spec.logged_through)
             self.checkpoints = Checkpoints(run_dir, cfg.checkpoint.every_epochs, cfg.checkpoint.keep,
                                            cfg.checkpoint.every_s)
             self.telemetry = for_job(cfg.telemetry.interval_s, device)
@@ -147,9 +146,7 @@ def _failed(work_dir: str, rank: int, exc: BaseException) -> int:
     if isinstance(exc, KeyboardInterrupt):  # stopped by the agent (another rank failed) or the user
         return 143 if getattr(exc, "signal_name", "") == "SIGTERM" else 130
     kind, _ = classify(exc)
-    cause = exc.__cause__ if isinstance(exc, InstantiationException) and exc.__cause__ else exc
-    lines = str(cause).strip().splitlines() or [""]
-    text = (lines[-1] if "Original Traceback" in str(cause) else lines[0]).strip()[:500]  # a loader worker's: last
+    cause, text = explain(exc)
     record = {"rank": rank, "kind": kind, "type": type(cause).__name__, "text": text, "time": time.time()}
     path = Path(work_dir) / f"rank{rank}.json"
     try:

@@ -70,6 +70,7 @@ class Task:
     def __init__(self, cfg: DictConfig):
         self.cfg = cfg
         self.data: JobData | None = None
+        self.other_settings: tuple[str, ...] = ()  # other tasks' config nodes (settings_of_other_tasks)
 
     @property
     def regression(self) -> bool:

@@ -51,7 +51,7 @@ class EpochLog:
         """Record one epoch (see the module docstring)."""
         self.records.append(rec)
         if self._file is not None:
-            self._file.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            self._file.write(_line(rec))
             self._file.flush()
         if self.writer is not None and rec["epoch"] > self.logged_through:
             self.writer.log_metrics({k: v for k, v in rec.items() if "/" in k}, step=rec["epoch"])
@@ -80,6 +80,18 @@ class EpochLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _line(rec: dict) -> str:
+    return json.dumps(rec, separators=(",", ":")) + "\n"
+
+
+def truncate_journal(path: Path, up_to_epoch: int) -> list[dict]:
+    """Keep only the records through epoch ``up_to_epoch`` (a job resuming from that checkpoint
+    runs the later ones again); returns them."""
+    records = read_journal(path, up_to_epoch)
+    path.write_text("".join(map(_line, records)), encoding="utf-8")
+    return records
 
 
 def read_journal(path: Path, up_to_epoch: int | None = None) -> list[dict]:

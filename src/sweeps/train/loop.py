@@ -69,14 +69,13 @@ class Trainer:
                 correct += (out.detach().argmax(1) == y).sum()
             seen += len(x)
             timer.mark()  # forward (and the running loss/accuracy sums)
-            if scaled:  # fp16: loss scaling; step skipped on inf/NaN gradients
-                self.scaler.scale(loss).backward()
-                timer.mark()  # backward
-                self.scaler.step(self.optimizer)
+            # fp16 scales the loss; otherwise the disabled scaler is bypassed (~20 µs a step at 1-ms epochs)
+            (self.scaler.scale(loss) if scaled else loss).backward()
+            timer.mark()  # backward
+            if scaled:
+                self.scaler.step(self.optimizer)  # skipped on inf/NaN gradients
                 self.scaler.update()
-            else:  # the disabled scaler's pass-through costs ~20 µs a step: noticeable at 1-ms epochs
-                loss.backward()
-                timer.mark()  # backward
+            else:
                 self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             timer.mark()  # optimizer
