@@ -6,7 +6,7 @@ import os
 
 import torch
 from omegaconf import DictConfig
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset, get_worker_info
 
 
 def default_workers(cfg: DictConfig, device: torch.device) -> int:
@@ -69,14 +69,70 @@ class TensorBatches:
         return tuple(t[pick] for t in self.tensors)
 
 
+class EpochKeyedSampler(Sampler):
+    """A seeded shuffle that also hands each example its own random key, ``(epoch key, index)``.
+
+    With DataLoader workers, augmentation runs on the workers' RNGs, which live in other
+    processes (persistent: for the whole job) and which no checkpoint can save, so a resumed job
+    would crop and flip differently from one that never stopped. Here the per-epoch key is drawn
+    from :attr:`generator` — the only state, saved with the checkpoint — and
+    :class:`KeyedExamples` seeds the worker's RNG from ``(key, index)`` before each example, so the
+    augmentation of example *i* in epoch *e* no longer depends on which worker drew it or on
+    when the workers started. Yields ``(int, int)`` pairs, ``len(source)`` per epoch.
+    """
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.generator = n, torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        key = int(torch.randint(2**62, (), generator=self.generator))
+        for i in torch.randperm(self.n, generator=self.generator).tolist():
+            yield key, i
+
+
+class KeyedExamples(Dataset):
+    """``dataset[(key, i)]`` = ``dataset[i]`` with, in a worker process, torch's RNG seeded from
+    ``(key, i)`` first (see :class:`EpochKeyedSampler`); in the training process itself the global
+    RNG is left alone (a checkpoint restores it)."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, item):
+        key, i = item
+        if get_worker_info() is not None:
+            torch.manual_seed((key + 1_000_003 * i) % 2**63)
+        return self.dataset[i]
+
+
+def shuffle_generator(loader) -> torch.Generator | None:
+    """The generator that draws ``loader``'s order (and augmentation keys): what a checkpoint saves."""
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, EpochKeyedSampler):
+        return sampler.generator
+    return getattr(loader, "generator", None)
+
+
 def make_loaders(train: Dataset, test: Dataset, batch: int, device: torch.device, workers: int,
                  seed: int) -> tuple:
     """Shuffled training loader (seeded) and ordered test loader, both of ``batch`` examples:
-    :class:`TensorBatches` for in-memory tensors, a DataLoader for everything else."""
+    :class:`TensorBatches` for in-memory tensors, a DataLoader for everything else (with workers,
+    an :class:`EpochKeyedSampler` so that a resumed job draws the same examples and
+    augmentations as one that never stopped)."""
     if isinstance(train, TensorDataset) and isinstance(test, TensorDataset):
         return TensorBatches(train, batch, True, seed), TensorBatches(test, min(batch, len(test)), False)
     common = dict(num_workers=workers, pin_memory=device.type == "cuda", persistent_workers=workers > 0)
-    train_loader = DataLoader(train, batch_size=batch, shuffle=True,
-                              generator=torch.Generator().manual_seed(seed), **common)
+    if workers > 0:  # the loader's own generator only seeds the workers' base seed, which no longer matters
+        train_loader = DataLoader(KeyedExamples(train), batch_size=batch, sampler=EpochKeyedSampler(len(train), seed),
+                                  generator=torch.Generator().manual_seed(seed), **common)
+    else:
+        train_loader = DataLoader(train, batch_size=batch, shuffle=True,
+                                  generator=torch.Generator().manual_seed(seed), **common)
     test_loader = DataLoader(test, batch_size=min(batch, len(test)), shuffle=False, **common)
     return train_loader, test_loader

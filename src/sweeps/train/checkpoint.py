@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from sweeps.data.loaders import shuffle_generator
+
 log = logging.getLogger("sweeps")
 
 
@@ -28,8 +30,8 @@ def rng_state(loader=None) -> dict:
     state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
-    if getattr(loader, "generator", None) is not None:
-        state["loader"] = loader.generator.get_state()
+    if shuffle_generator(loader) is not None:
+        state["loader"] = shuffle_generator(loader).get_state()
     return state
 
 
@@ -40,8 +42,8 @@ def set_rng_state(state: dict, loader=None) -> None:
     np.random.set_state(state["numpy"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-    if "loader" in state and getattr(loader, "generator", None) is not None:
-        loader.generator.set_state(state["loader"])
+    if "loader" in state and shuffle_generator(loader) is not None:
+        shuffle_generator(loader).set_state(state["loader"])
 
 
 class Checkpoints:

@@ -24,9 +24,10 @@ import os
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
 from sweeps import names
+from sweeps.data.loaders import KeyedExamples
 
 
 def world_size() -> int:
@@ -116,11 +117,11 @@ class ShardedBatches:
 
 class EpochSampling:
     """A DataLoader over a :class:`DistributedSampler` (``batch / world`` per step) that tells
-    the sampler the epoch before each pass (``set_epoch``: a new shared permutation per epoch)
-    and seeds the loader's worker processes (augmentation) from ``(seed, epoch)`` when they start
-    (every epoch, or once with persistent workers), ``seed`` differing per rank. ``epoch`` counts
-    passes from 0; a resumed job sets it to the epochs done, which restores both — there is no
-    generator state to checkpoint (``generator`` is None)."""
+    the sampler the epoch before each pass (``set_epoch``: a new shared permutation per epoch);
+    with workers, each example's augmentation is seeded from ``(seed, epoch, index)``
+    (:class:`_Keyed`), without them the training process's RNG (which a checkpoint holds) draws
+    it. ``epoch`` counts passes from 0; a resumed job sets it to the epochs done, which restores
+    both — there is no generator state to checkpoint (``generator`` is None)."""
 
     generator = None
 
@@ -136,9 +137,25 @@ class EpochSampling:
 
     def __iter__(self):
         self.sampler.set_epoch(self.epoch)
-        self.loader.generator.manual_seed(self.seed + 100_003 * self.epoch)  # the workers' base seed is drawn from it
+        self.loader.generator.manual_seed(self.seed + 100_003 * self.epoch)  # the workers' base seed: not a state to save
         self.epoch += 1
         return iter(self.loader)
+
+
+class _Keyed(Sampler):
+    """A :class:`DistributedSampler`'s indices as ``(epoch key, index)`` for
+    :class:`~sweeps.data.loaders.KeyedExamples`: the key follows the sampler's epoch, so a
+    resumed job (which sets the epoch) augments each example as an uninterrupted one would."""
+
+    def __init__(self, sampler: DistributedSampler, seed: int):
+        self.sampler, self.seed = sampler, seed
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self):
+        key = self.seed + 100_003 * self.sampler.epoch
+        return ((key, i) for i in self.sampler)
 
 
 def shard(loaders: tuple, batch: int, seed: int) -> tuple:
@@ -157,7 +174,9 @@ def shard(loaders: tuple, batch: int, seed: int) -> tuple:
     if not isinstance(train, DataLoader):  # in memory, on the host or the device
         return ShardedBatches(train, rank(), world), test
     sampler = DistributedSampler(train.dataset, world, rank(), shuffle=True, seed=seed)
-    sharded = DataLoader(train.dataset, batch_size=batch // world, sampler=sampler, num_workers=train.num_workers,
+    keyed = isinstance(train.dataset, KeyedExamples)  # workers: augmentation keyed by (epoch, example)
+    sharded = DataLoader(train.dataset, batch_size=batch // world, sampler=_Keyed(sampler, seed) if keyed else sampler,
+                         num_workers=train.num_workers,
                          collate_fn=train.collate_fn, pin_memory=train.pin_memory,
                          persistent_workers=train.persistent_workers, worker_init_fn=train.worker_init_fn,
                          generator=torch.Generator())
