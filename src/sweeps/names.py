@@ -49,6 +49,7 @@ SKIPPED_TAG_PREFIX = "sweeps.skipped."  # + config hash, on the parent run: a jo
 OUTCOMES_TAG_PREFIX = "outcomes."  # + outcome, on the parent run: how many jobs ended so
 PARENT_RUN_TAG = "mlflow.parentRunId"
 TELEMETRY_TAG = "telemetry"
+CHECKPOINTS_TAG = "sweeps.checkpoints"  # "off: <why>" when a full disk stopped checkpoints or the journal mid-job
 LOADER_TAG = "data.loader"  # the loader a training job used and how its worker count was chosen
 PEAK_TAG = "perf.peak"  # the datasheet peak MFU is measured against
 MAX_BATCH_BOUND_TAG = "max_batch.bound"

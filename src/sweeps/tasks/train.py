@@ -59,6 +59,8 @@ class TrainTask(Task):
                                f"lower the learning rate (lr={data.lr:g})")
             if job.checkpoints.due(rec["epoch"]):
                 job.checkpoints.save(rec["epoch"], {**training.state_dict(), "elapsed_s": rec[names.ELAPSED_S]})
+                if job.checkpoints.off:  # the disk refused it: said once, the job goes on
+                    job.writer.set_tags({names.CHECKPOINTS_TAG: f"off: {job.checkpoints.off}"})
 
         training.trainer.fit(training.train_loader, training.test_loader, cfg.epochs, after_epoch,
                              start_epoch=start, elapsed_s=elapsed, eval_every=cfg.eval.every_epochs)

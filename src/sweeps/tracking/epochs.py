@@ -12,6 +12,7 @@ import logging
 import time
 from pathlib import Path
 
+from sweeps import names
 from sweeps.tracking.console import EpochTable
 
 log = logging.getLogger("sweeps")
@@ -43,6 +44,7 @@ class EpochLog:
         self._printed_at: float | None = None
         self._hidden = 0  # rows not printed since the last printed one
         self._file = None
+        self.off = ""  # why the journal stopped (a full disk)
         if journal is not None:
             journal.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(journal, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
@@ -51,11 +53,27 @@ class EpochLog:
         """Record one epoch (see the module docstring)."""
         self.records.append(rec)
         if self._file is not None:
-            self._file.write(_line(rec))
-            self._file.flush()
+            try:
+                self._file.write(_line(rec))
+                self._file.flush()
+            except OSError as e:  # a full disk ends the journal, not the measurement
+                self._journal_failed(e)
         if self.writer is not None and rec["epoch"] > self.logged_through:
             self.writer.log_metrics({k: v for k, v in rec.items() if "/" in k}, step=rec["epoch"])
         self._console(rec)
+
+    def _journal_failed(self, e: OSError) -> None:
+        name = getattr(self._file, "name", "the journal")
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        self._file = None
+        self.off = f"cannot append to {name} ({e.strerror or e})"
+        log.warning("%s: the epochs go on to MLflow without a journal (a kill now may lose the queued ones)",
+                    self.off)
+        if self.writer is not None:
+            self.writer.set_tags({names.CHECKPOINTS_TAG: f"off: {self.off}"})
 
     def _console(self, rec: dict) -> None:
         now = time.monotonic()
@@ -78,7 +96,10 @@ class EpochLog:
     def close(self) -> None:
         """Close the journal (idempotent)."""
         if self._file is not None:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError as e:  # the last buffered line met a full disk
+                self._journal_failed(e)
             self._file = None
 
 

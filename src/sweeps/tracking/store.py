@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +68,37 @@ def prepare(cfg: DictConfig) -> tuple[MlflowClient, str]:
         _check_server(uri)
     try:
         if uri.startswith("sqlite:///"):
-            with FileLock(uri[len("sqlite:///"):] + ".lock", timeout=120):
-                return _experiment(MlflowClient(uri), cfg.mlflow.experiment)
+            path = uri[len("sqlite:///"):].split("?", 1)[0]
+            with FileLock(path + ".lock", timeout=120):
+                opened = _experiment(MlflowClient(uri), cfg.mlflow.experiment)
+            _check_writable(path)
+            return opened
         return _experiment(MlflowClient(uri), cfg.mlflow.experiment)
-    except (MlflowException, OSError, SQLAlchemyError, Timeout) as e:
+    except (MlflowException, OSError, SQLAlchemyError, sqlite3.Error, Timeout) as e:
         detail = " ".join(str(e).split())[:200]
-        raise UsageError(f"cannot open the MLflow store {uri} ({type(e).__name__}: {detail}): check the path "
-                         "is writable or set mlflow.tracking_uri=...") from None
+        hint = ("it is not an sqlite database: move it aside" if "not a database" in detail else
+                "free some space" if "full" in detail or "No space" in detail else "check the path is writable")
+        raise UsageError(f"cannot open the MLflow store {uri} ({type(e).__name__}: {detail}): {hint}, or set "
+                         "mlflow.tracking_uri=...") from None
+
+
+def _check_writable(path: str) -> None:
+    """Write to the sqlite file and roll back: a read-only file (or mount) and a full disk are
+    found here, in one line, instead of in a screen of SQLAlchemy tracebacks at the first run.
+    Reading alone would not tell: sqlite opens a read-only file read-only without complaint.
+
+    Raises:
+        sqlite3.OperationalError: ``attempt to write a readonly database``, ``database or disk is full``.
+    """
+    conn = sqlite3.connect(path, isolation_level=None, timeout=60)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("CREATE TABLE _sweeps_write_probe (x)")
+        finally:
+            conn.execute("ROLLBACK")
+    finally:
+        conn.close()
 
 
 def _check_server(uri: str, timeout_s: float = 5.0) -> None:

@@ -60,9 +60,12 @@ class Checkpoints:
     def __init__(self, directory: Path, every_epochs: int, keep: int = 2, every_s: float = 0.0):
         self.directory, self.every_epochs, self.keep = Path(directory), every_epochs, max(1, keep)
         self.every_s, self._saved_at = every_s, time.monotonic()
+        self.off = ""  # why saving stopped (a full disk): the job goes on without checkpoints
 
     def due(self, epoch: int) -> bool:
-        """Whether to save after ``epoch`` (O(1): a clock read and a modulo)."""
+        """Whether to save after ``epoch`` (O(1): a clock read and a modulo); never once :attr:`off`."""
+        if self.off:
+            return False
         if self.every_epochs > 0 and epoch % self.every_epochs == 0:
             return True
         return self.every_s > 0 and time.monotonic() - self._saved_at >= self.every_s
@@ -71,19 +74,33 @@ class Checkpoints:
         """Saved checkpoints, oldest first."""
         return sorted(self.directory.glob("epoch_*.pt")) if self.directory.is_dir() else []
 
-    def save(self, epoch: int, state: dict) -> Path:
-        """Write ``state`` (``torch.save``-able) for ``epoch`` atomically; prune old files."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+    def save(self, epoch: int, state: dict) -> Path | None:
+        """Write ``state`` (``torch.save``-able) for ``epoch`` atomically; prune old files.
+
+        A write the file system refuses (no space left, a quota, a read-only mount) does not end
+        the job — a checkpoint is insurance, the measurement goes on: it is reported in one line
+        naming the folder, saving stops (:attr:`off` says why) and None is returned.
+        """
         final = self.directory / f"epoch_{epoch:04d}.pt"
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".pt")
+        tmp = None
         try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".pt")
             with os.fdopen(fd, "wb") as f:
                 torch.save({**state, "epoch": epoch}, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, final)
+        except OSError as e:
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
+            self.off = f"cannot write checkpoints to {self.directory} ({e.strerror or e})"
+            log.warning("%s: the job goes on without them (a kill now cannot resume past the last one); "
+                        "free space or set checkpoint.dir=...", self.off)
+            return None
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
             raise
         for old in self.files()[:-self.keep]:
             old.unlink(missing_ok=True)

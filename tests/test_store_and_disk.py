@@ -1,0 +1,92 @@
+"""A store or a disk that cannot take writes: one line before any job runs when the store is
+corrupt, read-only or full; a checkpoint folder that fills up mid-job costs the checkpoints,
+not the measurement. Real file systems: a small tmpfs and a read-only bind mount (root only —
+the tests skip with one line elsewhere)."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import runs, store
+from sweeps.errors import UsageError
+
+TINY = ["model=mlp_tabular", "dataset=diabetes", "epochs=3", "device=cpu", "telemetry.interval_s=0"]
+
+
+def _mount(*args: str) -> None:
+    proc = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if proc.returncode:
+        pytest.skip(f"cannot mount here ({proc.stderr.strip() or 'mount failed'}; needs root)")
+
+
+@pytest.fixture
+def mounts():
+    """Mount points made by a test, unmounted afterwards (newest first)."""
+    made: list[Path] = []
+    yield made
+    for point in reversed(made):
+        subprocess.run(["umount", str(point)], capture_output=True)
+
+
+def _full_tmpfs(point: Path, mounts: list, size: str = "256k", keep: Path | None = None) -> None:
+    """A tmpfs of ``size`` at ``point`` holding ``keep`` (a file copied in first), then filled up."""
+    saved = keep.read_bytes() if keep is not None else None
+    point.mkdir(parents=True, exist_ok=True)
+    _mount("-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point))
+    mounts.append(point)
+    if saved is not None:
+        (point / keep.name).write_bytes(saved)
+    try:
+        with open(point / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass
+
+
+def _line(in_process, overrides) -> str:
+    with pytest.raises(UsageError) as caught:
+        in_process(overrides)
+    line = str(caught.value)
+    assert "\n" not in line
+    return line
+
+
+def test_corrupt_store(tmp_path, in_process):
+    (tmp_path / "mlruns").mkdir(exist_ok=True)
+    (tmp_path / "mlruns" / "mlflow.db").write_bytes(b"not sqlite " * 1000)
+    line = _line(in_process, TINY)
+    assert "mlflow.db" in line and "not an sqlite database" in line and "mlflow.tracking_uri" in line
+
+
+def test_read_only_store(tmp_path, in_process, mounts):
+    in_process(TINY)  # a store with one run in it
+    db = tmp_path / "mlruns" / "mlflow.db"
+    _mount("--bind", str(db), str(db))
+    mounts.append(db)
+    _mount("-o", "remount,ro,bind", str(db))
+    line = _line(in_process, [*TINY, "epochs=2"])
+    assert "mlflow.db" in line and "readonly" in line and "writable" in line
+
+
+def test_full_store(tmp_path, in_process, mounts):
+    in_process(TINY)
+    mlruns = tmp_path / "mlruns"
+    db = mlruns / "mlflow.db"
+    shutil.copy(db, tmp_path / "mlflow.db")
+    _full_tmpfs(mlruns, mounts, size="2m", keep=tmp_path / "mlflow.db")
+    line = _line(in_process, [*TINY, "epochs=2"])
+    assert "mlflow.db" in line and "full" in line and "free some space" in line
+
+
+def test_full_checkpoint_disk_costs_the_checkpoints_not_the_job(tmp_path, in_process, mounts):
+    _full_tmpfs(tmp_path / "ck", mounts)
+    assert in_process([*TINY, "checkpoint.dir=ck", "checkpoint.every_epochs=1"]) == "ok"
+    (run,) = runs(tmp_path)
+    assert run.data.tags["sweeps.checkpoints"].startswith("off: cannot ") and "ck" in run.data.tags["sweeps.checkpoints"]
+    steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, "train/loss")]
+    assert sorted(steps) == [1, 2, 3]  # every epoch measured and logged
