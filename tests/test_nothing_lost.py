@@ -125,7 +125,7 @@ def test_rerun_skips_finished_jobs_and_says_how_many(tmp_path, tiny):
     assert second.returncode == 0, second.stderr[-2000:]
     assert "2 job(s) skipped: already done" in second.stdout
     jobs = [r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags]
-    assert sorted(r.info.run_name for r in jobs) == ["batch=16", "batch=32", "batch=64"]
+    assert sorted(r.data.tags["sweeps.overrides"] for r in jobs) == ["batch=16", "batch=32", "batch=64"]
     forced = cli_in_process(["-m", "model=mlp", "batch=16", "resume=false", *tiny], tmp_path)
     assert forced.returncode == 0 and "skipped" not in forced.stdout
     assert len([r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags]) == 4
@@ -168,3 +168,20 @@ def test_same_seed_same_loss_curve_on_cpu(tmp_path, tiny):
         assert cli_in_process(["model=mlp", "seed=7", *tiny, "epochs=3"], d).returncode == 0
     (ra,), (rb,) = runs(a), runs(b)
     assert _history(a, ra.info.run_id, "train/loss") == _history(b, rb.info.run_id, "train/loss")
+
+
+def test_sigint_while_importing_stops_at_once(tmp_path):
+    """Started as a background job of a non-interactive shell (SIGINT inherited ignored) and
+    interrupted while torch, Hydra and MLflow are still importing: the signal is not lost."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))}
+    proc = subprocess.Popen([sys.executable, "-m", "sweeps", "model=mlp_tabular", "dataset=diabetes", "epochs=500"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1] == "sweeps: interrupted by SIGINT before any job ran"
+    assert "Traceback" not in err

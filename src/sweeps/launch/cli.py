@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import hydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from sweeps import config
@@ -34,13 +36,44 @@ def interrupted_message(signal_name: str) -> str:
     return f"sweeps: interrupted by {signal_name} before any job ran"
 
 
+def one_line(exc: BaseException) -> str:
+    """Hydra's multi-line message for a composition error as one line: its sentences joined, the
+    options it lists comma-separated, without the config search path and OmegaConf's
+    ``full_key``/``object_type`` lines (the key is already named). The cause is appended when
+    the message does not hold it (a type conversion)."""
+    parts: list[str] = []
+    text = str(exc)
+    if exc.__cause__ is not None and str(exc.__cause__).splitlines()[0] not in text:
+        text += "\n" + str(exc.__cause__)
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("Config search path"):
+            break
+        if not line or line.startswith(("full_key:", "object_type=", "reference_type=")):
+            continue
+        if raw.startswith("\t") and parts and parts[-1].endswith(":"):
+            parts[-1] += " " + line  # the first option under "Available options in 'model':"
+        elif raw.startswith("\t") and parts:
+            parts[-1] += ", " + line
+        else:
+            parts.append(line.rstrip("."))
+    return "; ".join(parts)
+
+
 def cli() -> None:
-    """Entry point: exit 1 when any job ended in ``error`` (after every job has run); on SIGINT
-    or SIGTERM close the runs as KILLED, flush the logs and exit 130 or 143."""
+    """Entry point: exit 1 when any job ended in ``error`` (after every job has run); exit 2 with
+    one line for bad input (a composition error included); on SIGINT or SIGTERM close the runs as
+    KILLED, flush the logs and exit 130 or 143."""
     signals.install()
+    full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))  # the user asked for Hydra's traceback
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its message and exiting 1
     try:
         main()
-    except SystemExit as e:  # Hydra reports a composition error (typo, wrong type) and exits 1
+    except HydraException as e:  # composition: a typo, a wrong type, an unknown option
+        if full_error:
+            raise
+        sweep.stop(UsageError(one_line(e)))  # one line, exit 2; a multirun's parent run (no job yet) removed
+    except SystemExit as e:  # Hydra's own argument errors exit 1 (or 2 from argparse)
         if e.code == 1 and not job.LAST_JOB:  # before any job ran: bad input, the documented 2
             sys.exit(2)
         raise
