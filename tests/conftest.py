@@ -228,3 +228,17 @@ def start_together(tmp_path_factory, commands: dict[str, list[str]]):
     yield started
     for _, proc in started.values():
         proc.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.gpu`` tests skip, one line each, where no CUDA device is visible."""
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_tests:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (none visible here)")
+    for item in gpu_tests:
+        item.add_marker(skip)

@@ -113,7 +113,7 @@ def test_a_second_ctrl_c_while_finishing_does_not_cut_the_close_short(tmp_path, 
     assert run.data.metrics["time/first_epoch_s"] > 0
 
 
-@pytest.mark.parametrize("model, outcome, status", [(["model=oom_above", "model.max_batch=8"], "oom", "FINISHED"),
+@pytest.mark.parametrize("model, outcome, status", [(["model=oom_above", "model.max_batch=8"], "oom", "FAILED"),
                                                    (["model=broken"], "error", "FAILED")])
 def test_failures_are_outcomes_with_their_status(tmp_path, in_process, model, outcome, status):
     overrides = [o for o in TINY if not o.startswith("model")] + model

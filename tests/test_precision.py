@@ -199,7 +199,7 @@ def precision_sweep(tmp_path_factory):
                            "dataset.shape=[1,8,8]", "dataset.train_size=96", "dataset.test_size=32", "batch=32",
                            "dataset.loader=device", "epochs=2", "device=cpu", "telemetry.figure=false", TEST_CONF], cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return cwd, {r.info.run_name: r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags}
+    return cwd, {r.data.tags["sweeps.overrides"]: r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags}
 
 
 def test_precision_jobs_run_and_log_throughput(precision_sweep):

@@ -60,7 +60,7 @@ def test_timing_methods_is_resnet50_inference_at_batch_128():
 def test_smoke_preset_runs_every_family(tmp_path, shared_data):
     proc = run_cli(["-m", "+experiment=smoke"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = {r.info.run_name: r for r in runs(tmp_path, "smoke") if "mlflow.parentRunId" in r.data.tags}
+    jobs = {r.data.tags["sweeps.overrides"]: r for r in runs(tmp_path, "smoke") if "mlflow.parentRunId" in r.data.tags}
     assert len(jobs) == 8
     outcomes = {name: r.data.tags["outcome"] for name, r in jobs.items()}
     # offline: the torchvision sets without files are skipped as unavailable, everything else trains

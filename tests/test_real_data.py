@@ -12,7 +12,7 @@ from conftest import cli_in_process, run_cli, runs, store
 
 
 def _jobs(cwd, experiment="sweeps"):
-    return {r.info.run_name: r for r in runs(cwd, experiment) if "mlflow.parentRunId" in r.data.tags}
+    return {r.data.tags["sweeps.overrides"]: r for r in runs(cwd, experiment) if "mlflow.parentRunId" in r.data.tags}
 
 
 @pytest.mark.slow  # two MLP jobs on 8,000 real digits: ~20 s here

@@ -112,3 +112,20 @@ def test_repeats_are_one_row_with_the_median_and_its_spread(tmp_path):
     (row,) = _table_after(text, "all")  # repeat is not a group of its own: one row for batch 32
     assert row[0] == "32" and row[1] == "3/3"
     assert re.fullmatch(r"[\d.]+ \[[\d.]+, [\d.]+\]", row[3])  # median epoch: median [min, max]
+
+
+def test_a_one_epoch_job_shows_its_first_epoch_marked_with_a_footnote():
+    """A 1-epoch job has no epochs 2+: its first epoch stands in for the median, marked."""
+    from sweeps import names
+    from sweeps.report.runs import Job
+    from sweeps.report.tables import FIRST_EPOCH_NOTE, comparison, reference_tables
+
+    def job(device: str, first_s: float) -> Job:
+        return Job(device, device, "ok", "", {"device": device}, {"device": device, "epochs": "1"},
+                   {names.FIRST_EPOCH_S: first_s, names.BATCH_SIZE: 8})
+
+    jobs = [job("cpu", 0.5), job("cuda", 0.25)]
+    tables = dict(reference_tables(jobs))
+    assert "| 8 | 1/1 | 0.50 | 0.50* |" in tables["device=cpu"] and tables["device=cpu"].endswith(FIRST_EPOCH_NOTE)
+    side_by_side = comparison(jobs, "device")
+    assert "| all | 0.500* | 0.250* | 2.00× |" in side_by_side and side_by_side.endswith(FIRST_EPOCH_NOTE)

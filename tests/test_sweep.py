@@ -61,25 +61,27 @@ def test_one_parent_run_with_every_job_nested(oom_sweep):
 def test_outcomes_and_job_names(oom_sweep):
     cwd, _ = oom_sweep
     children = [r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags]
-    by_name = {c.info.run_name: c for c in children}
-    # job names show only the swept keys, in the order given
+    by_name = {c.data.tags["sweeps.overrides"]: c for c in children}
+    # the overrides tag shows only the swept keys, in the order given; the run name reads them
     assert set(by_name) == {"model=oom_above batch=16", "model=oom_above batch=64", "model=mlp batch=16",
                             "model=mlp batch=64"}
+    sweep_id = children[0].data.tags["mlflow.parentRunId"][:6]
+    assert by_name["model=mlp batch=64"].info.run_name == f"mlp b64 cpu #{sweep_id}"
     oom = by_name["model=oom_above batch=64"]
     assert oom.data.tags["outcome"] == "oom"
     assert "out of memory" in oom.data.tags["error"].lower() and "\n" not in oom.data.tags["error"]
-    assert oom.info.status == "FINISHED"
+    assert oom.info.status == "FAILED"  # the run list shows it did not train
     for name in set(by_name) - {"model=oom_above batch=64"}:
         assert by_name[name].data.tags["outcome"] == "ok" and by_name[name].info.status == "FINISHED"
     # the jobs after the OOM ran in full
-    order = [c.info.run_name for c in children]
+    order = [c.data.tags["sweeps.overrides"] for c in children]
     assert order.index("model=oom_above batch=64") < order.index("model=mlp batch=64")
 
 
 def test_contract_metrics_params_tags_artifacts(oom_sweep):
     cwd, _ = oom_sweep
     client = store(cwd)
-    job = next(r for r in runs(cwd) if r.info.run_name == "model=mlp batch=64")
+    job = next(r for r in runs(cwd) if r.data.tags.get("sweeps.overrides") == "model=mlp batch=64")
     assert SUMMARY_METRICS <= set(job.data.metrics)
     assert job.data.metrics["batch_size"] == 64
     assert job.data.metrics["lr"] == pytest.approx(0.1 * 64 / 128)  # linear scaling from 0.1 @ 128
@@ -119,7 +121,7 @@ def test_error_job_is_logged_failed_and_sweep_goes_on(sweeps):
     tmp_path, started = sweeps["error_sweep"]
     proc = started.result()
     assert proc.returncode == 1, proc.stderr[-2000:]
-    children = {r.info.run_name: r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags}
+    children = {r.data.tags["sweeps.overrides"]: r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags}
     broken, mlp = children["model=broken"], children["model=mlp"]
     assert broken.info.status == "FAILED" and broken.data.tags["outcome"] == "error"
     assert broken.data.tags["error"] == "ValueError: broken on purpose"

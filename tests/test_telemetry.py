@@ -213,7 +213,7 @@ def cli_sweep(tmp_path_factory):
     args = ["-m", "model=oom_above,mlp,interrupt_after", "batch=64", "dataset=synthetic", "dataset.shape=[1,8,8]",
             "dataset.train_size=128", "dataset.test_size=32", "epochs=2", "device=cpu", TEST_CONF]
     proc = cli_in_process(args, cwd)
-    return cwd, proc, {r.info.run_name: r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags}
+    return cwd, proc, {r.data.tags["sweeps.overrides"]: r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags}
 
 
 def test_cli_jobs_log_host_telemetry_and_say_why_gpu_is_off(cli_sweep):

@@ -38,16 +38,26 @@ def test_empty_epoch_summary():
     assert timer.summary() == {**{p: 0.0 for p in PHASES}, "steps": 0, "total_ms": 0.0}
 
 
+class FakeStream:
+    """Stands in for torch.cuda.current_stream(device): the stream of that device."""
+
+    def __init__(self, device=None):
+        self.device = torch.device(device) if device is not None else torch.device("cuda", 0)  # current: cuda:0
+
+
 class FakeEvent:
-    """Stands in for torch.cuda.Event at the hardware boundary: a timestamp set on record()."""
+    """Stands in for torch.cuda.Event at the hardware boundary: a timestamp set on record(), and
+    the stream it was recorded on (None: the current device's current stream, i.e. cuda:0's)."""
     synchronized = 0
 
     def __init__(self, enable_timing: bool = False):
         assert enable_timing
         self.t = None
+        self.stream = None
 
-    def record(self):
+    def record(self, stream=None):
         self.t = time.perf_counter()
+        self.stream = stream if stream is not None else FakeStream()
 
     def synchronize(self):
         FakeEvent.synchronized += 1
@@ -58,6 +68,7 @@ class FakeEvent:
 
 def test_cuda_path_records_events_and_synchronizes_once_per_epoch(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", FakeStream)
     synced = []
     monkeypatch.setattr(timing, "synchronize", lambda device: synced.append(device))
     timer = PhaseTimer(torch.device("cuda", 0))
@@ -72,9 +83,25 @@ def test_cuda_path_records_events_and_synchronizes_once_per_epoch(monkeypatch):
     assert len(timer._events) == 1 + 4 * 4  # the pool is reused, not grown, in epoch 2
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_real_cuda_events_time_gpu_work():
-    dev = torch.device("cuda")
+def test_events_are_recorded_on_the_jobs_gpu_not_the_current_one(monkeypatch):
+    """A job on cuda:1 in a process whose current device is cuda:0 (no set_device): every mark is
+    recorded on cuda:1's stream — on cuda:0's, the events would time an idle GPU."""
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", FakeStream)
+    monkeypatch.setattr(timing, "synchronize", lambda device: None)
+    timer = PhaseTimer(torch.device("cuda", 1))
+    timer.start()
+    _step(timer, {})
+    timer.summary()
+    assert [str(e.stream.device) for e in timer._marks] == ["cuda:1"] * 5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("index", [0, 1])
+def test_real_cuda_events_time_gpu_work(index):
+    if index >= torch.cuda.device_count():
+        pytest.skip(f"needs {index + 1} CUDA devices")
+    dev = torch.device("cuda", index)
     a = torch.randn(4096, 4096, device=dev)
     timer = PhaseTimer(dev)
     timer.start()

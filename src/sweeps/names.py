@@ -53,7 +53,51 @@ CHECKPOINTS_TAG = "sweeps.checkpoints"  # "off: <why>" when a full disk stopped 
 LOADER_TAG = "data.loader"  # the loader a training job used and how its worker count was chosen
 PEAK_TAG = "perf.peak"  # the datasheet peak MFU is measured against
 MAX_BATCH_BOUND_TAG = "max_batch.bound"
+COMPILED_TAG = "compiled"  # compile=true: "true", or "false (why)" — whether the model really ran compiled
 ENV_TAG_PREFIX = "env."  # the machine: env.host, env.gpus, env.torch, ... (sweeps.tracking.env)
+
+# ── how runs read in the MLflow UI (sweeps.tracking.naming, .inputs) ────────────────────────
+# MLflow's own tags (mlflow.note.content, mlflow.source.*, mlflow.user) come from mlflow.utils.mlflow_tags.
+SOURCE_NAME = "python -m sweeps"  # mlflow.source.name of every run (type LOCAL)
+SWEEP_ID_CHARS = 6  # a sweep's short id: the first characters of its parent run id, "#3fa2c1" in names
+TRAIN_EXAMPLES, TEST_EXAMPLES = "data.train_examples", "data.test_examples"  # params: examples actually used
+INPUT_SHAPE = "data.input_shape"  # param: one example's shape, e.g. 3x32x32
+DATASET_CONTEXTS = ("train", "eval")  # mlflow.data.context of a job's two dataset inputs
+# Per-epoch copies of host/GPU telemetry under MLflow's system-metric names (mlflow/system_metrics/
+# metrics/*.py; MB there is 1e6 bytes), so the run page's System metrics tab shows them.
+SYSTEM_CPU_PCT = "system/cpu_utilization_percentage"  # machine-wide, all cores = 100
+SYSTEM_MEM_MB = "system/system_memory_usage_megabytes"  # machine-wide memory in use
+
+
+def system_gpu(index: int, what: str) -> str:
+    """``system/gpu_<index>_<what>``: ``utilization_percentage``, ``memory_usage_megabytes``,
+    ``power_usage_watts`` — MLflow's names for the job's GPU (index 0: the first it samples)."""
+    return f"system/gpu_{index}_{what}"
+
+
+SYSTEM_GPU_FIELDS = ("utilization_percentage", "memory_usage_megabytes", "power_usage_watts")
+SYSTEM_METRICS = (SYSTEM_CPU_PCT, SYSTEM_MEM_MB, *(system_gpu(0, f) for f in SYSTEM_GPU_FIELDS))
+
+# ── comparing runs: python -m sweeps.report --compare --by KEY ──────────────────────────────
+# Short names for --by (any tag or param name works too); the default groups by machine.
+COMPARE_BY = {"machine": HARDWARE_TAG, "host": "env.host", "gpu": "env.gpus", "code": "env.git_commit",
+              "torch": "env.torch", "cuda": "env.cuda", "loader": "dataset.loader", "precision": "precision"}
+COMPARE_DEFAULT_BY = "machine"
+# Tags that name the machine: they differ together when machines are compared.
+MACHINE_TAGS = ("env.host", "env.cpu", "env.cores", "env.physical_cores", "env.ram_gb", "env.os", "env.gpus",
+                "env.gpu_memory_gb", "env.power_limit_w", HARDWARE_TAG)
+# Software and data a figure also depends on: compared runs that differ here beyond --by are flagged.
+SOFTWARE_TAGS = ("env.torch", "env.torchvision", "env.cuda", "env.cudnn", "env.driver", "env.cuda_driver",
+                 "env.python", "env.git_commit", DATA_TAG)
+
+# ── Slurm (hydra/launcher=slurm, sweeps.launch.slurm): which Slurm job ran a run ─────────────
+SLURM_JOB_TAG = "slurm.job_id"  # <array job id>_<index> for an array task: what squeue and scancel take
+SLURM_ARRAY_INDEX_TAG = "slurm.array_index"  # the task's index in its array (array jobs only)
+SLURM_NODE_TAG, SLURM_PARTITION_TAG = "slurm.node", "slurm.partition"
+SLURM_RESTARTS_TAG = "slurm.restarts"  # times Slurm requeued the job so far (SLURM_RESTART_COUNT)
+SLURM_TAGS = (SLURM_JOB_TAG, SLURM_ARRAY_INDEX_TAG, SLURM_NODE_TAG, SLURM_PARTITION_TAG, SLURM_RESTARTS_TAG)
+# series, step = restart count: wall seconds from the checkpoint a requeued job resumed from to its restart
+REQUEUE_LOST_S = "time/requeue_lost_s"
 
 # ── metrics ─────────────────────────────────────────────────────────────────────────────────
 # Per-epoch series: step = epoch number, from 1. Never also logged at step 0 as a summary.
@@ -111,8 +155,8 @@ SUMMARY_METRICS = (FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S, COMPILE_S, WARMUP_S, 
                    MAX_BATCH_PEAK_MB, MAX_BATCH_TRIALS, ENERGY_TOTAL_J, ENERGY_TRAIN_J, ENERGY_J_PER_SAMPLE,
                    INFER_MEDIAN_MS, INFER_MEAN_MS, INFER_MIN_MS, INFER_P10_MS, INFER_P90_MS, INFER_STD_MS,
                    INFER_WALL_S, SAMPLES_PER_S)  # perf/samples_per_s: a summary of inference jobs only
-SERIES_METRICS = (INFER_ITER_MS, *MAX_BATCH_TRIAL_METRICS)
+SERIES_METRICS = (INFER_ITER_MS, *MAX_BATCH_TRIAL_METRICS, REQUEUE_LOST_S)
 REPORT_METRICS = (SCALING_EFFICIENCY,)  # computed by the report, not logged by a job
 
 ALL_METRICS = frozenset((*EPOCH_METRICS, *DDP_EPOCH_METRICS, *TELEMETRY_EPOCH_METRICS, *SUMMARY_METRICS,
-                         *SERIES_METRICS, *REPORT_METRICS))
+                         *SERIES_METRICS, *REPORT_METRICS, *SYSTEM_METRICS))

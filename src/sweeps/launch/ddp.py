@@ -17,6 +17,9 @@ shared permutation per epoch, gradients averaged, records gathered once per epoc
   what a one-device job would have raised: :class:`torch.OutOfMemoryError` (``oom``),
   :class:`~sweeps.errors.Diverged`, :class:`RuntimeError` naming the rank (``error``).
   ``device.timeout_s`` bounds the rendezvous and every collective: the last resort of a hang.
+- Under the GPU pool (:mod:`sweeps.launch.gpu_pool`) the job holds ``device.gpus`` GPUs and the
+  ranks are started with ``CUDA_VISIBLE_DEVICES`` set to their UUIDs, so rank r runs on the
+  r-th GPU the job holds, never on one another job holds.
 - SIGINT/SIGTERM to the job process: the agent stops the ranks (rank 0 flushes), then the job
   ends ``killed`` as without ddp. The launcher's own signal handlers are removed afterwards.
 """
@@ -37,6 +40,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from sweeps.errors import DeviceUnavailable, Diverged, Terminated
+from sweeps.launch import gpu_pool
 from sweeps.launch import rank as rank_process
 from sweeps.tracking import store
 from sweeps.tracking.epochs import read_journal
@@ -45,6 +49,7 @@ from sweeps.train.noise import JOB_PID_ENV
 log = logging.getLogger("sweeps")
 MONITOR_S = 0.1  # s between the agent's checks of the ranks: how soon a failed rank stops the others
 DEFAULT_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra's
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 
 
 def backend(cfg: DictConfig) -> str:
@@ -104,6 +109,9 @@ def launch(job, journal: Path) -> None:
                           monitor_interval=MONITOR_S, start_method="spawn",
                           logs_specs=DefaultLogsSpecs(log_dir=str(work / "torch")))
     os.environ[JOB_PID_ENV] = str(os.getpid())  # ranks count their siblings as the job's CPU, not noise
+    visible = os.environ.get(VISIBLE_ENV)
+    if gpu_pool.held():  # the pool's GPUs for this job, by UUID: rank r's cuda:r is the r-th of them
+        os.environ[VISIBLE_ENV] = ",".join(gpu_pool.held())
     # the launcher installs its own SIGINT/SIGTERM/... handlers and leaves them: keep the job's
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     ended_ok = False
@@ -115,6 +123,10 @@ def launch(job, journal: Path) -> None:
     except SignalException as e:  # the ranks are stopped; the job ends killed as without ddp
         raise (Terminated() if e.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
     finally:
+        if gpu_pool.held() and visible is None:  # the spawned ranks have read it; this process's CUDA never does
+            os.environ.pop(VISIBLE_ENV, None)
+        elif gpu_pool.held():
+            os.environ[VISIBLE_ENV] = visible
         for s, handler in saved.items():
             try:
                 signal.signal(s, handler)

@@ -9,11 +9,21 @@ from __future__ import annotations
 import logging
 import time
 
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
 from sweeps import names
 from sweeps.launch import outcome as oc
+from sweeps.launch.sweep import summary_row
+from sweeps.tracking import naming
+from sweeps.tracking.console import summary_table
 
 log = logging.getLogger("sweeps")
-STATUS = {names.ERROR: "FAILED", names.KILLED: "KILLED"}  # MLflow run status; the rest FINISHED
+# MLflow run status per outcome (README "MLflow"): FAILED — the job ran and did not get through its
+# work (a crash, out of memory, a NaN loss); KILLED — it was stopped or never started for a reason
+# outside it (a signal; no GPU or data here); FINISHED — ok only, so the run list's green tick means
+# a usable result. The outcome tag stays the precise word; resume reads the tag, never the status.
+STATUS = {names.OK: "FINISHED", names.ERROR: "FAILED", names.OOM: "FAILED", names.DIVERGED: "FAILED",
+          names.UNAVAILABLE: "KILLED", names.KILLED: "KILLED"}
 
 
 def overhead(job, records: list[dict]) -> dict[str, float]:
@@ -78,8 +88,21 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         job.writer.flush()
         if job.writer.lost:  # the store refused some values after every retry: late, not never
             job.writer.replay(records)
-        job.writer.set_tags({names.OUTCOME_TAG: outcome, **({names.ERROR_TAG: error} if error else {})})
-        job.writer.end(STATUS.get(outcome, "FINISHED"))
+        job.writer.set_tags({names.OUTCOME_TAG: outcome, **({names.ERROR_TAG: error} if error else {}),
+                             **_note(job, outcome, error)})
+        job.writer.end(STATUS.get(outcome, "FAILED"))
     except Exception as e:
         log.error("job %s: its MLflow run %s could not be closed (%s: %s)", job.name, job.writer.run_id,
                   type(e).__name__, " ".join(str(e).split())[:200])
+
+
+def _note(job, outcome: str, error: str) -> dict[str, str]:
+    """The run's description (``mlflow.note.content``): its outcome line and its summary row,
+    from the run as the store has it now (one read per job); {} where that read fails."""
+    try:
+        run = job.client.get_run(job.writer.run_id)
+    except Exception as e:  # the description is a courtesy: the outcome tag and status still get written
+        log.warning("job %s: no description (%s)", job.name, type(e).__name__)
+        return {}
+    row = {**summary_row(run), "outcome": outcome, "error": error}
+    return {MLFLOW_RUN_NOTE: naming.job_note(outcome, error, summary_table([row]))}

@@ -3,10 +3,17 @@
 ``hydra/launcher=gpu_pool`` (conf/hydra/launcher/gpu_pool.yaml: Hydra's joblib launcher with
 process workers; plain ``hydra/launcher=joblib`` too) runs ``hydra.launcher.n_jobs`` jobs at once
 (``SWEEPS_GPU_POOL=N`` in the environment does the same for other launchers). A job then holds
-one slot while it runs:
+its slots while it runs:
 
-- on a machine with GPUs the slots are the visible GPUs: the job's ``device.index`` becomes its
-  slot, so no two jobs of any sweep on this machine share a GPU (a job waits for a free one);
+- on a machine with GPUs the slots are the visible GPUs, each locked under its NVML UUID (not
+  its CUDA index, which ``CUDA_VISIBLE_DEVICES`` renumbers per process; MIG instances are slots
+  of their own), so no two jobs of any sweep on this machine share a GPU (a job waits for a
+  free one). A one-GPU job's ``device.index`` becomes its slot before its run is opened (the
+  logged ``device.index`` is the GPU it ran on); a ``device=ddp`` job (NCCL) holds
+  ``device.gpus`` GPUs at once and its ranks see only those (``CUDA_VISIBLE_DEVICES``);
+- a joblib worker is reused for later jobs and keeps the CUDA context its first GPU job made
+  (~0.5 GB that no one else can use): a worker that made one waits for that same GPU for its
+  later one-GPU jobs, instead of making contexts on every GPU in turn;
 - without GPUs there are ``SWEEPS_GPU_POOL`` slots and each job limits torch to its share of the
   cores (cores ÷ slots threads), so N jobs in parallel do not oversubscribe the CPU.
 
@@ -22,16 +29,21 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig
 
+from sweeps.telemetry.nvml import device_uuid
+
 POOL_ENV = "SWEEPS_GPU_POOL"  # concurrent jobs of the launcher (slots where there is no GPU)
 POLL_S = 0.2  # how often a waiting job tries the locks again (s)
 
 log = logging.getLogger("sweeps")
+_held: list[str] = []  # the running job's GPUs (UUIDs)
+_waited = [0.0]  # s the latest claim waited
+_affinity: str | None = None  # the pool GPU this process's CUDA context is on (reused joblib workers)
 
 
 def lock_dir() -> Path:
@@ -56,11 +68,55 @@ def requested_slots() -> int | None:
     return n if n >= 1 else (os.cpu_count() or 1)
 
 
-def slots(requested: int) -> tuple[int, bool]:
-    """``(number of slots, whether they are GPUs)``: the visible GPUs, else ``requested`` CPU slots."""
+def gpu_keys() -> list[str]:
+    """The visible GPUs in this process's numbering (list position = CUDA index), named by NVML
+    UUID (``GPU-…``, ``MIG-…``): the same GPU has the same lock in every process, whatever its
+    ``CUDA_VISIBLE_DEVICES``; two MIG instances of one GPU are two slots."""
+    return [device_uuid(i) or f"index{i}" for i in range(torch.cuda.device_count())]
+
+
+def slots(requested: int) -> tuple[list[str], bool]:
+    """``(slot names, whether they are GPUs)``: the visible GPUs (:func:`gpu_keys`), else
+    ``requested`` CPU slots ``0``…``requested-1``."""
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
-        return torch.cuda.device_count(), True
-    return max(1, requested), False
+        return gpu_keys(), True
+    return [str(i) for i in range(max(1, requested))], False
+
+
+def _lock(prefix: str, key: str) -> FileLock:
+    return FileLock(str(lock_dir() / f"{prefix}{key.replace('/', '_')}.lock"))  # old MIG names hold "/"
+
+
+def acquire_many(keys: Sequence[str], count: int, prefix: str, timeout_s: float | None = None,
+                 among: Sequence[str] | None = None) -> list[tuple[int, FileLock]]:
+    """Claim ``count`` free slots of ``keys`` (only those in ``among``, when given) at once, waiting
+    until that many are free; never holds some while waiting for the rest (two data-parallel jobs
+    could otherwise each hold half of what both need).
+
+    Returns:
+        ``[(position in keys, held lock)]`` — release the locks when done.
+    Raises:
+        TimeoutError: not that many slots freed within ``timeout_s`` (None: wait for ever).
+    """
+    start = time.monotonic()
+    while True:
+        held: list[tuple[int, FileLock]] = []
+        for i, key in enumerate(keys):
+            if among is not None and key not in among:
+                continue
+            lock = _lock(prefix, key)
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                continue
+            held.append((i, lock))
+            if len(held) == count:
+                return held
+        for _, lock in held:
+            lock.release()
+        if timeout_s is not None and time.monotonic() - start > timeout_s:
+            raise TimeoutError(f"no {count} free slot(s) of {len(keys)} ({prefix}*) within {timeout_s} s")
+        time.sleep(POLL_S)
 
 
 def acquire(n: int, prefix: str, timeout_s: float | None = None) -> tuple[int, FileLock]:
@@ -71,40 +127,62 @@ def acquire(n: int, prefix: str, timeout_s: float | None = None) -> tuple[int, F
     Raises:
         TimeoutError: no slot freed within ``timeout_s`` (None: wait for ever).
     """
-    start = time.monotonic()
-    while True:
-        for i in range(n):
-            lock = FileLock(str(lock_dir() / f"{prefix}{i}.lock"))
-            try:
-                lock.acquire(timeout=0)
-                return i, lock
-            except Timeout:
-                continue
-        if timeout_s is not None and time.monotonic() - start > timeout_s:
-            raise TimeoutError(f"no free slot of {n} ({prefix}*) within {timeout_s} s")
-        time.sleep(POLL_S)
+    return acquire_many([str(i) for i in range(n)], 1, prefix, timeout_s)[0]
+
+
+def waited_s() -> float:
+    """Seconds the latest :func:`claim` in this process waited for its slots (0 outside the pool)."""
+    return _waited[0]
+
+
+def held() -> list[str]:
+    """UUIDs of the GPUs this process's running job holds (a data-parallel job's ranks run on
+    them: :func:`sweeps.launch.ddp.launch`); empty outside the pool."""
+    return list(_held)
 
 
 @contextmanager
 def claim(device: DictConfig) -> Iterator[int | None]:
-    """Hold a slot for the body (see the module docstring); yields its index, or None when the job
-    is not run by the pool launcher or is not a one-device job (``device=ddp``, ``device=cpu`` on a
-    GPU machine keep their own settings)."""
+    """Hold slots for the body (see the module docstring); yields the first one's index, or None
+    when the job is not run by the pool launcher or needs no GPU slot (``device=cpu`` on a GPU
+    machine, ``device=ddp`` on Gloo keep their own settings). A ``device=ddp`` job on GPUs holds
+    ``device.gpus`` of them; a one-GPU job in a process that already made a CUDA context on a
+    pool GPU waits for that GPU (see the module docstring)."""
+    global _affinity
+    _waited[0] = 0.0
     requested = requested_slots()
-    if requested is None or device.name == "ddp":
+    if requested is None:
         yield None
         return
-    n, gpus = slots(requested)
-    if gpus and device.name == "cpu":
+    keys, gpus = slots(requested)
+    ddp = device.name == "ddp"
+    if (gpus and device.name == "cpu") or (ddp and (not gpus or _ddp_backend(device) != "nccl")) \
+            or (ddp and device.gpus > len(keys)):  # the last: ddp.resolve says why it cannot run
         yield None
         return
-    index, lock = acquire(n, "gpu" if gpus else "cpu")
+    among = [_affinity] if gpus and not ddp and _affinity in keys else None
+    t0 = time.monotonic()
+    picked = acquire_many(keys, device.gpus if ddp else 1, "gpu-" if gpus else "cpu", among=among)
+    _waited[0] = time.monotonic() - t0
+    index = picked[0][0]
     try:
         if gpus:
-            device.index = index  # this job's own GPU
-            log.info("gpu pool: job pinned to cuda:%d", index)
+            _held[:] = [keys[i] for i, _ in picked]
+            if not ddp:
+                device.index = index  # this job's own GPU
+            log.info("gpu pool: job pinned to %s", ", ".join(f"cuda:{i} ({keys[i]})" for i, _ in picked))
         else:
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // len(keys)))
         yield index
     finally:
-        lock.release()
+        if gpus and not ddp and torch.cuda.is_initialized():
+            _affinity = keys[index]  # this process's CUDA context lives there now
+        _held.clear()
+        for _, lock in picked:
+            lock.release()
+
+
+def _ddp_backend(device: DictConfig) -> str:
+    from sweeps.launch.ddp import backend
+
+    return backend(device)

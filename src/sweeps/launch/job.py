@@ -20,14 +20,14 @@ from omegaconf import DictConfig, OmegaConf
 from sweeps import names
 from sweeps.config import validate
 from sweeps.errors import DataUnavailable, UsageError
-from sweeps.launch import ddp, gpu_pool, signals
+from sweeps.launch import ddp, gpu_pool, signals, slurm
 from sweeps.launch import outcome as oc
-from sweeps.launch.device import resolve_device
+from sweeps.launch.device import job_devices, preflight, resolve_device
 from sweeps.launch.finish import finish
 from sweeps.launch.sweep import print_summary
 from sweeps.tasks.base import Task, create, settings_of_other_tasks
 from sweeps.telemetry.sampler import for_job
-from sweeps.tracking import resume, store
+from sweeps.tracking import inputs, naming, resume, store
 from sweeps.data.fingerprint import data_fingerprint
 from sweeps.tracking.env import environment_tags, fingerprint_json, hardware
 from sweeps.tracking.epochs import EpochLog, truncate_journal
@@ -111,6 +111,7 @@ class JobRun:
             parent, before = store.parent_run_id() if self.multirun else None, self.previous.data.tags.get(names.PARENT_RUN_TAG)
             if parent and parent != before:  # the sweep that resumed it owns it now: its summary and report count it
                 self.writer.set_tags({names.PARENT_RUN_TAG: parent, names.PREVIOUS_PARENT_TAG: before or ""})
+                self.client.update_run(self.writer.run_id, name=naming.with_id(self._title(), parent))
             self.first_epoch = self.resume_state["epoch"] + 1
             records = truncate_journal(run_dir / JOURNAL, self.resume_state["epoch"])
             self.writer.replay(records)  # what the killed process still had queued
@@ -118,8 +119,11 @@ class JobRun:
                                  default=0)
         else:
             parent = store.parent_run_id() if self.multirun else None
-            self.writer = RunWriter(self.client, self.experiment_id, self.name, parent,
-                                    {**environment_tags(), names.OVERRIDES_TAG: self.name, **tags})
+            title = self._title()  # "mlp b64 cpu #<sweep id>" (sweeps.tracking.naming)
+            self.writer = RunWriter(self.client, self.experiment_id, naming.with_id(title, parent) if parent else title,
+                                    parent, {**environment_tags(), names.OVERRIDES_TAG: self.name, **tags})
+            if not parent:  # a run of its own is named by its own id, known only now
+                self.client.update_run(self.writer.run_id, name=naming.with_id(title, self.writer.run_id))
             self.writer.log_params({**store.flatten(cfg, self.task.other_settings), **self.choices})
             self.writer.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
             self.writer.log_text(fingerprint_json(), "fingerprint.json")
@@ -128,24 +132,33 @@ class JobRun:
                                        cfg.checkpoint.every_s)
         self.epochs = EpochLog(self.writer, run_dir / JOURNAL, self.task.regression, cfg.log_every_s,
                                cfg.epochs, records, logged_through)
+        slurm.on_open(self)  # under Slurm: its job id tags, requeue time lost, checkpoint-then-requeue
         if data is not None:
             self.writer.log_metrics({names.BATCH_SIZE: data.batch, names.LR: data.lr})
             log.info("job %s: batch %d, lr %.4g, %d train / %d test examples", self.name, data.batch, data.lr,
                      len(data.train), len(data.test))
+            if self.resume_state is None:  # MLflow dataset inputs and example counts: a resumed run has them
+                inputs.log_job_data(self.writer, cfg.dataset, self.identity.get(names.DATA_TAG, "unknown"),
+                                    data.spec.in_shape, len(data.train) if self.task.needs_train_data else None,
+                                    len(data.test), self.task.regression)
         elif isinstance(cfg.batch, int):
             self.writer.log_metrics({names.BATCH_SIZE: cfg.batch})
+
+    def _title(self) -> str:
+        return naming.job_title(self.cfg, self.choices, self.name, self.multirun)
 
     def start_telemetry(self, device: torch.device) -> None:
         """Note the job's device and start sampling it (stopped when the job ends)."""
         self.device = device
-        self.telemetry = for_job(self.cfg.telemetry.interval_s, device)
+        self.telemetry = for_job(self.cfg.telemetry.interval_s, job_devices(self.cfg.device, device))  # ddp: all its GPUs
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         with signals.held() as pending:
             if self.outcome is None:
                 outcome, error = self._classify(exc)
                 peak = None
-                if outcome == names.OOM and self.device is not None and self.device.type == "cuda":
+                if outcome == names.OOM and self.device is not None and self.device.type == "cuda" \
+                        and self.cfg.device.name != "ddp":  # ddp: the ranks measured it; no context on cuda:0 here
                     peak = torch.cuda.max_memory_allocated(self.device) / 2**20  # higher than any epoch's
                 if tb is not None:  # free the failed frames' tensors before memory is released
                     traceback.clear_frames(tb)
@@ -179,6 +192,7 @@ def run(cfg: DictConfig) -> str:
     """
     started_at = time.perf_counter()
     validate(cfg)
+    preflight(cfg)  # what this machine lacks for every such job (compile=true without a C compiler)
     if HydraConfig.initialized() and HydraConfig.get().job.chdir:
         raise UsageError("hydra.job.chdir=true runs each job in its own folder, so ./mlruns and ./checkpoints would "
                          "scatter per job: leave it false (paths are resolved from where sweeps starts)")
@@ -205,18 +219,19 @@ def run(cfg: DictConfig) -> str:
         if cfg.dataset.if_missing != "skip":
             raise
         missing = e
-    with JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous, started_at,
-                identity) as job:
+    # hydra/launcher=gpu_pool: a GPU (or CPU share) of its own, held before the run opens (its
+    # logged device.index is the GPU it runs on); the wait for it is not the job's overhead
+    with gpu_pool.claim(cfg.device), JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash,
+                                            previous, started_at + gpu_pool.waited_s(), identity) as job:
         if missing is not None:  # dataset.if_missing=skip: an unavailable job, logged as such
             raise missing
-        with gpu_pool.claim(cfg.device):  # hydra/launcher=gpu_pool: a GPU (or CPU share) of its own
-            device = resolve_device(cfg.device)
-            job.start_telemetry(device)
-            if cfg.device.name == "ddp":  # N ranks, each running task.run; rank 0 logs into this run
-                job.writer.log_metrics({names.WORLD_SIZE: cfg.device.gpus})
-                ddp.launch(job, job.checkpoints.directory / JOURNAL)
-            else:
-                task.run(job, device)
+        device = resolve_device(cfg.device)
+        job.start_telemetry(device)
+        if cfg.device.name == "ddp":  # N ranks, each running task.run; rank 0 logs into this run
+            job.writer.log_metrics({names.WORLD_SIZE: cfg.device.gpus})
+            ddp.launch(job, job.checkpoints.directory / JOURNAL)
+        else:
+            task.run(job, device)
     if not multirun:  # a sweep prints its summary once, at its end (sweeps.launch.sweep)
         print_summary(client, [client.get_run(job.run_id)])
     return job.outcome

@@ -1,4 +1,11 @@
-"""Outcomes: how a job ended, as data. An OOM or a crash is logged and the sweep goes on."""
+"""Outcomes: how a job ended, as data. An OOM or a crash is logged and the sweep goes on.
+
+A sticky CUDA error (illegal address, ECC, launch failure: :func:`is_sticky_cuda_error`) ends its
+job ``error`` with a line that says so, and marks this process's CUDA context as lost: every
+later CUDA job in the process then ends ``unavailable`` at once with a line naming the cause
+(:func:`sweeps.launch.device.resolve_device`) instead of failing with errors of its own; CPU jobs
+still run. A rerun of the sweep (a fresh process) runs those jobs; resume skips the done ones.
+"""
 from __future__ import annotations
 
 from collections import Counter
@@ -7,7 +14,11 @@ from hydra.errors import InstantiationException
 
 from sweeps.errors import DataUnavailable, DeviceUnavailable, Diverged
 from sweeps.names import DIVERGED, ERROR, KILLED, OK, OOM, SKIPPED, UNAVAILABLE  # noqa: F401 (re-exported)
-from sweeps.train.memory import is_oom, release_memory  # noqa: F401 (re-exported)
+from sweeps.train import memory
+from sweeps.train.memory import is_oom, is_sticky_cuda_error, release_memory  # noqa: F401 (re-exported)
+
+STICKY_NOTE = ("sticky CUDA error: this process's CUDA context is lost, its later CUDA jobs end unavailable; "
+               "rerun the sweep to run them in a fresh process")
 
 
 _counts: Counter = Counter()  # outcomes of the jobs run by this process (exit status, skips)
@@ -34,6 +45,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return DIVERGED, line
     if is_oom(exc):
         return OOM, message
+    if is_sticky_cuda_error(exc):
+        memory.note_cuda_lost(message)
+        return ERROR, f"{message} ({STICKY_NOTE})"
     return ERROR, message
 
 

@@ -80,7 +80,7 @@ class RankJob:
     :class:`~sweeps.launch.job.JobRun` — :attr:`writer`, :attr:`epochs`, :attr:`checkpoints`,
     :attr:`resume_state`, :attr:`telemetry`, :attr:`log`. Rank 0's write to the job's run
     (without changing its status), journal and checkpoint folder; telemetry samples rank 0's
-    process and device (its per-epoch metrics join the records)."""
+    process and every rank's GPU (:func:`job_gpus`; its per-epoch metrics join the records)."""
 
     log = log
 
@@ -101,7 +101,7 @@ class RankJob:
                                    logged_through=spec.logged_through)
             self.checkpoints = Checkpoints(run_dir, cfg.checkpoint.every_epochs, cfg.checkpoint.keep,
                                            cfg.checkpoint.every_s)
-            self.telemetry = for_job(cfg.telemetry.interval_s, device)
+            self.telemetry = for_job(cfg.telemetry.interval_s, job_gpus(device))
 
     def close(self) -> None:
         """Stop telemetry, close the journal, send every queued metric (the run stays open: the
@@ -115,6 +115,18 @@ class RankJob:
                 step and step()
             except Exception as e:  # one failed step never keeps the others from running
                 log.warning("rank 0: closing: %s: %s", type(e).__name__, e)
+
+
+def job_gpus(device) -> list:
+    """The devices of the whole job, as rank 0's telemetry samples them: on NCCL every rank's GPU
+    (``cuda:0``…``cuda:<local world - 1>``: one node, rank r on cuda:r), so an N-GPU job's power,
+    energy and memory add up over its N GPUs; on Gloo the CPU."""
+    if device.type != "cuda":
+        return [device]
+    import torch
+
+    world = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 1)
+    return [torch.device("cuda", r) for r in range(world)]
 
 
 def main(spec: RankSpec) -> None:

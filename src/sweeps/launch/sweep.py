@@ -13,11 +13,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from mlflow import MlflowClient
 from mlflow.entities import RunTag
+from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from omegaconf import DictConfig
 
 from sweeps import names
 from sweeps.launch import outcome
-from sweeps.tracking import resume, store
+from sweeps.tracking import naming, resume, store
 from sweeps.tracking.console import summary_table
 from sweeps.tracking.env import environment_tags
 from sweeps.tracking.reliability import unreliable
@@ -66,6 +67,32 @@ def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = 
     return text
 
 
+def describe_sweep(client: MlflowClient, parent_run_id: str, children: list, summary: str, swept: list[str]) -> None:
+    """Give the parent run what its jobs share as params (:func:`sweeps.tracking.naming.shared_params`,
+    in batches of 100, MLflow's limit per call) and its summary in the description. Never raises:
+    a store that refuses is reported in one line, the sweep's result stands."""
+    try:
+        tags = client.get_run(parent_run_id).data.tags
+        params = naming.shared_params([dict(r.data.params) for r in children])
+        for i in range(0, len(params), 100):
+            client.log_batch(parent_run_id, params=params[i:i + 100])
+        note = naming.sweep_note(tags.get(names.COMMAND_TAG, ""), swept, tags.get(names.SWEEP_DIR_TAG, ""),
+                                 parent_run_id, summary)
+        client.set_tag(parent_run_id, MLFLOW_RUN_NOTE, note)
+    except Exception as e:  # noqa: BLE001 (a description is never worth failing the sweep)
+        log.warning("MLflow: the sweep run %s got no params or description (%s: %s)", parent_run_id,
+                    type(e).__name__, " ".join(str(e).split())[:200])
+
+
+def _preset(config: DictConfig) -> str | None:
+    """The ``+experiment=NAME`` of the command line, if any."""
+    for item in config.hydra.overrides.task:
+        key, _, value = str(item).partition("=")
+        if key.lstrip("+~") == "experiment":
+            return value
+    return None
+
+
 def stop(error: UsageError) -> None:
     """End the sweep on bad input: one line on stderr, exit 2. The parent run is closed FAILED
     with the reason in ``sweeps.stopped`` when jobs of it were logged; a parent with no job (the
@@ -112,14 +139,19 @@ class SweepCallback(Callback):
             stop(e)
         resume.mark_stale(client, experiment_id)
         name = "/".join(Path(str(config.hydra.sweep.dir)).parts[-2:]) or "sweep"
+        command = " ".join(["python -m sweeps", *sys.argv[1:]])[:5000]
         tags = {**environment_tags(), **resume.owner_tags(), names.KIND_TAG: "sweep", names.SWEEP_DIR_TAG: str(config.hydra.sweep.dir),
-                names.COMMAND_TAG: " ".join(["python -m sweeps", *sys.argv[1:]])[:5000]}
+                names.COMMAND_TAG: command}
         run = client.create_run(experiment_id, run_name=f"sweep {name}", tags=tags)
+        swept = swept_keys(config)
+        run_id = run.info.run_id  # the name and description carry its short id: known only now
+        client.update_run(run_id, name=naming.sweep_title(swept, _preset(config), run_id))
+        client.set_tag(run_id, MLFLOW_RUN_NOTE, naming.sweep_note(command, swept, str(config.hydra.sweep.dir), run_id))
         os.environ[store.PARENT_RUN_ENV] = run.info.run_id
-        os.environ[store.SWEPT_KEYS_ENV] = ",".join(swept_keys(config))
+        os.environ[store.SWEPT_KEYS_ENV] = ",".join(swept)
         os.environ[store.SWEEP_URI_ENV] = client.tracking_uri
-        log.info("MLflow: sweep run %s in experiment '%s' at %s", run.info.run_id,
-                 config.mlflow.experiment, client.tracking_uri)
+        log.info("MLflow: sweep run %s in experiment '%s' (id %s) at %s; run table: #/experiments/%s/runs",
+                 run.info.run_id, config.mlflow.experiment, experiment_id, client.tracking_uri, experiment_id)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         parent, uri = _close_sweep_env()
@@ -128,7 +160,8 @@ class SweepCallback(Callback):
         client = MlflowClient(uri)
         experiment_id = client.get_run(parent).info.experiment_id
         children = store.child_runs(client, experiment_id, parent)
-        print_summary(client, children, parent)
+        text = print_summary(client, children, parent)
+        describe_sweep(client, parent, children, text, swept_keys(config))
         # from MLflow, not this process's counters: with joblib/submitit the jobs ran elsewhere
         outcome.note_sweep_errors(sum(r.data.tags.get(names.OUTCOME_TAG) == outcome.ERROR for r in children))
         tags = client.get_run(parent).data.tags

@@ -4,6 +4,8 @@ as one Markdown file (also logged to the sweep's parent run under ``report/``).
     python -m sweeps.report                       # the latest sweep in ./mlruns
     python -m sweeps.report --experiment offline_mnist
     python -m sweeps.report --run-id <parent run id> --out reports/study1
+    python -m sweeps.report --compare --experiment phase_times          # machine A vs machine B
+    python -m sweeps.report --compare --sweep <id> --sweep <id> --by precision --baseline fp32
 """
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ from typing import Sequence
 
 from mlflow import MlflowClient
 
-from sweeps.report import plots
+from sweeps import names
+from sweeps.report import compare, compare_tables, plots
 from sweeps.report.runs import find_sweep, history, load_jobs, max_batches, swept_keys
 from sweeps.report.tables import (COMPARE_KEYS, comparison, inference_table, max_batch_table, reference_tables,
                                   scaling_efficiency)
+from sweeps.report.selection import Selection, select_jobs
 from sweeps.tracking.store import resolve_uri
 
 
@@ -66,18 +70,58 @@ def build(client: MlflowClient, parent, out: Path) -> Path:
     return report
 
 
+def _compare(client: MlflowClient, args: argparse.Namespace) -> int:
+    """``--compare``: select, group, write ``compare.md``; warnings on stderr, one line each.
+
+    Raises:
+        LookupError, ValueError: bad input (:func:`select_jobs`, :func:`compare.compare`).
+    """
+    selection = Selection(args.experiment, [*args.sweep, *([args.run_id] if args.run_id else [])], args.tag,
+                          args.filter)
+    jobs = select_jobs(client, selection)
+    result = compare.compare(jobs, args.by or [names.COMPARE_DEFAULT_BY], args.baseline)
+    out = args.out or Path("reports") / f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    report = compare_tables.build(result, f"{selection.describe()} in {client.tracking_uri}", out)
+    print(report.read_text())
+    for warning in result.warnings:
+        print(f"sweeps.report: warning: {warning}", file=sys.stderr)
+    print(f"\ncomparison: {report}", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point; returns the exit status (2: nothing to report, one line on stderr)."""
+    """CLI entry point; returns the exit status (2: bad input or nothing to report, one line on
+    stderr naming it)."""
     ap = argparse.ArgumentParser(prog="python -m sweeps.report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--experiment", help="MLflow experiment name (default: the latest sweep of any)")
+    ap.add_argument("--experiment", action="append", default=[],
+                    help="MLflow experiment name (default: the latest sweep of any); --compare takes several")
     ap.add_argument("--run-id", help="the sweep's parent run id")
     ap.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlruns/mlflow.db")
-    ap.add_argument("--out", type=Path, help="output folder (default: reports/<sweep run id>)")
+    ap.add_argument("--out", type=Path, help="output folder (default: reports/<sweep run id>, "
+                                             "reports/compare-<UTC time> with --compare)")
+    group = ap.add_argument_group("comparing runs across sweeps and machines")
+    group.add_argument("--compare", action="store_true",
+                       help="the selected runs side by side, a column per --by value (default: machine)")
+    group.add_argument("--sweep", action="append", default=[], metavar="ID",
+                       help="a sweep's parent run id (repeat it)")
+    group.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                       help="runs with this tag (repeat it)")
+    group.add_argument("--filter", metavar="FILTER", help="MLflow search filter, e.g. \"tags.`env.host` = 'gpu-a'\"")
+    group.add_argument("--by", action="append", metavar="KEY",
+                       help=f"group by this tag or param, or {', '.join(names.COMPARE_BY)} (repeat it)")
+    group.add_argument("--baseline", metavar="VALUE", help="the group ratios are taken to (default: the first)")
     args = ap.parse_args(argv)
     client = MlflowClient(resolve_uri(args.tracking_uri))
     try:
-        parent = find_sweep(client, args.experiment, args.run_id)
-    except LookupError as e:
+        if args.compare:
+            return _compare(client, args)
+        given = [f for f in ("sweep", "tag", "filter", "by", "baseline") if getattr(args, f)]
+        if given:
+            raise ValueError(f"--{given[0]} is for comparing runs: add --compare")
+        if len(args.experiment) > 1:
+            raise ValueError("a sweep report reads one --experiment; several go with --compare")
+        parent = find_sweep(client, args.experiment[0] if args.experiment else None, args.run_id)
+    except (LookupError, ValueError) as e:
         print(f"sweeps.report: error: {e}", file=sys.stderr)
         return 2
     report = build(client, parent, args.out or Path("reports") / parent.info.run_id[:12])

@@ -1,7 +1,7 @@
-"""Figures of a sweep (PNG through matplotlib's object API: :class:`~matplotlib.figure.Figure`, no
-pyplot global state, no display).
+"""Figures of a sweep, and of runs compared side by side (PNG through matplotlib's object API:
+:class:`~matplotlib.figure.Figure`, no pyplot global state, no display).
 
-Each function writes one figure to ``path`` and returns it, or returns None when the sweep holds
+Each function writes one figure to ``path`` and returns it, or returns None when the runs hold
 nothing to draw (e.g. no telemetry), so the report only lists figures that exist.
 """
 from __future__ import annotations
@@ -110,5 +110,70 @@ def per_epoch(jobs: list[Job], history: Callable[[str, str], list], metric: str,
     ax.set_xlabel("epoch")
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _offsets(n: int, width: float) -> list[float]:
+    """Bar centres of ``n`` groups side by side around each configuration's tick."""
+    return [(i - (n - 1) / 2) * width for i in range(n)]
+
+
+def grouped_bars(cells: dict[str, dict[str, tuple[float, float, float, bool]]], groups: list[str], ylabel: str,
+                 path: Path) -> Path | None:
+    """``--compare``: one cluster per configuration, one bar per group side by side — the median
+    of its runs with [min, max] whiskers; a hatched bar is a 1-epoch job's first epoch standing in
+    for the median. ``cells[config][group] = (median, min, max, first_epoch)``. Log scale when the
+    bars span more than 20×."""
+    configs = [c for c, by in cells.items() if by]
+    if not configs:
+        return None
+    width = 0.8 / len(groups)
+    fig = Figure(figsize=(max(6.4, 0.45 * len(configs) * len(groups) + 2.5), 4.6))
+    ax = fig.subplots()
+    for offset, group in zip(_offsets(len(groups), width), groups):
+        at = [(k, cells[c][group]) for k, c in enumerate(configs) if group in cells[c]]
+        if not at:
+            continue
+        bars = ax.bar([k + offset for k, _ in at], [m for _, (m, *_) in at], width, label=group,
+                      yerr=[[m - lo for _, (m, lo, _, _) in at], [hi - m for _, (m, _, hi, _) in at]], capsize=3)
+        for bar, (_, (*_, first)) in zip(bars, at):
+            if first:
+                bar.set_hatch("//")
+    values = [v[0] for by in cells.values() for v in by.values() if v[0] > 0]
+    if values and max(values) / min(values) > 20:
+        ax.set_yscale("log")
+    ax.set_xticks(range(len(configs)), configs, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def grouped_phases(cells: dict[str, dict[str, list[float]]], groups: list[str], path: Path) -> Path | None:
+    """``--compare``: stacked data/forward/backward/optimizer ms per iteration (median over the
+    runs, last epoch), one bar per group side by side for each configuration; groups told apart
+    by hatching. ``cells[config][group]`` = the phase times in :data:`PHASES` order."""
+    configs = [c for c, by in cells.items() if by]
+    if not configs:
+        return None
+    width = 0.8 / len(groups)
+    hatches = ["", "//", "..", "xx", "\\\\", "oo"]
+    colors = [f"C{i}" for i in range(len(PHASES))]
+    fig = Figure(figsize=(max(6.4, 0.45 * len(configs) * len(groups) + 2.5), 4.6))
+    ax = fig.subplots()
+    for n, (offset, group) in enumerate(zip(_offsets(len(groups), width), groups)):
+        at = [(k, cells[c][group]) for k, c in enumerate(configs) if group in cells[c]]
+        bottom = [0.0] * len(at)
+        for i, phase in enumerate(PHASES):
+            values = [v[i] for _, v in at]
+            ax.bar([k + offset for k, _ in at], values, width, bottom=bottom, color=colors[i],
+                   hatch=hatches[n % len(hatches)], edgecolor="white",
+                   label=phase if n == 0 else None)
+            bottom = [b + v for b, v in zip(bottom, values)]
+        if at:  # the hatching legend: which bar is which group
+            ax.bar([0], [0], 0, color="white", edgecolor="gray", hatch=hatches[n % len(hatches)], label=group)
+    ax.set_xticks(range(len(configs)), configs, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("ms per iteration")
     ax.legend(fontsize=8)
     return _save(fig, path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 
 from sweeps import names
 from sweeps.tracking import store
@@ -29,6 +30,16 @@ class Job:
     @property
     def batch(self) -> float | None:
         return self.metrics.get("batch_size")
+
+    def epoch_time(self) -> tuple[float | None, bool]:
+        """``(seconds, first)``: the median epoch time from epoch 2 (``time/median_epoch_s``), or
+        for a 1-epoch job, which has no epochs 2+, its first epoch's time (``first`` True: that
+        epoch holds warm-up, so the report marks it); ``(None, False)`` when neither was logged."""
+        if names.MEDIAN_EPOCH_S in self.metrics:
+            return self.metrics[names.MEDIAN_EPOCH_S], False
+        if names.FIRST_EPOCH_S in self.metrics:
+            return self.metrics[names.FIRST_EPOCH_S], True
+        return None, False
 
     def label(self, exclude: tuple[str, ...] = ()) -> str:
         """``key=value`` of the swept keys other than ``exclude`` (``all`` when none are left)."""
@@ -53,7 +64,11 @@ def find_sweep(client: MlflowClient, experiment: str | None = None, run_id: str 
         LookupError: no such run or no sweep at all (message names what was searched).
     """
     if run_id:
-        return client.get_run(run_id)
+        try:
+            return client.get_run(run_id)
+        except MlflowException:
+            raise LookupError(f"no run {run_id!r} in {client.tracking_uri}; --run-id takes a sweep's full "
+                              "parent run id, or leave it out for the latest sweep") from None
     if experiment:
         exp = client.get_experiment_by_name(experiment)
         if exp is None:
@@ -69,15 +84,17 @@ def find_sweep(client: MlflowClient, experiment: str | None = None, run_id: str 
     return found[0]
 
 
+def job_from_run(run) -> Job:
+    """A job run (an MLflow ``Run``) as the report sees it."""
+    tags = run.data.tags
+    return Job(run.info.run_id, run.info.run_name, tags.get(names.OUTCOME_TAG, "?"), tags.get(names.ERROR_TAG, ""),
+               parse_overrides(tags.get(names.OVERRIDES_TAG, "")), dict(run.data.params), dict(run.data.metrics),
+               dict(tags))
+
+
 def load_jobs(client: MlflowClient, parent) -> list[Job]:
     """The sweep's jobs in the order they ran."""
-    jobs = []
-    for run in store.child_runs(client, parent.info.experiment_id, parent.info.run_id):
-        tags = run.data.tags
-        jobs.append(Job(run.info.run_id, run.info.run_name, tags.get(names.OUTCOME_TAG, "?"),
-                        tags.get(names.ERROR_TAG, ""), parse_overrides(tags.get(names.OVERRIDES_TAG, "")),
-                        dict(run.data.params), dict(run.data.metrics), dict(tags)))
-    return jobs
+    return [job_from_run(run) for run in store.child_runs(client, parent.info.experiment_id, parent.info.run_id)]
 
 
 def swept_keys(jobs: list[Job]) -> list[str]:

@@ -12,6 +12,10 @@ from sweeps.tracking.reliability import unreliable
 
 
 COMPARE_KEYS = ("device", "device.index", "device.gpus", "precision")  # side-by-side columns
+# A 1-epoch job has no epochs 2+: its first epoch stands in, marked, since it also holds warm-up.
+FIRST_EPOCH_MARK = "*"
+FIRST_EPOCH_NOTE = (f"{FIRST_EPOCH_MARK} first epoch's time: a 1-epoch job has no epochs 2+ "
+                    "(it includes warm-up, so it overstates the steady epoch time)")
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -41,6 +45,21 @@ def _median_spread(values: list[float], digits: int = 2) -> str:
     return f"{_f(statistics.median(values), digits)} [{_f(min(values), digits)}, {_f(max(values), digits)}]"
 
 
+def epoch_cell(runs: list[Job], digits: int = 2) -> tuple[str, bool]:
+    """Median epoch time from epoch 2 of ``runs`` as ``m [lo, hi]`` (:func:`_median_spread`), each
+    1-epoch run's first epoch standing in (:meth:`Job.epoch_time`); ``True`` when one did, and the
+    cell then ends in :data:`FIRST_EPOCH_MARK`."""
+    timed = [j.epoch_time() for j in runs]
+    values = [t for t, _ in timed if t is not None]
+    first = any(f for t, f in timed if t is not None)
+    return _median_spread(values, digits) + (FIRST_EPOCH_MARK if first else ""), first
+
+
+def with_note(table: str, marked: bool) -> str:
+    """``table`` followed by :data:`FIRST_EPOCH_NOTE` when one of its cells is marked."""
+    return f"{table}\n\n{FIRST_EPOCH_NOTE}" if marked else table
+
+
 def _note(runs: list[Job]) -> str:
     """Why a row's figure should not be trusted, from any of its runs ("" when it can)."""
     notes = {unreliable(m.get(names.EPOCH_P10_S), m.get(names.EPOCH_P90_S), m.get(names.OTHER_CPU_MEAN_PCT))
@@ -51,11 +70,13 @@ def _note(runs: list[Job]) -> str:
 def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> list[tuple[str, str]]:
     """Study 1's table per group (every swept key but batch and repeat): batch | runs | first
     epoch [s] | median epoch from 2 [s] | total time | accuracy or RMSE | peak MB | overhead |
-    note. Rows by numeric batch size; the repeats of a batch (``repeat=0,1,2``) are one row with
-    the median of each figure and its [min, max]; ``note`` flags a row whose epochs spread or whose
-    host was loaded by other processes (:func:`sweeps.tracking.reliability.unreliable`). Jobs that
-    did not finish show their outcome in place of the times — an OOM as ``OOM (fits up to N)``
-    when ``fits`` (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits."""
+    note. A 1-epoch job's first epoch stands in for its median, marked ``*`` and explained under
+    the table (:data:`FIRST_EPOCH_NOTE`). Rows by numeric batch size; the repeats of a batch
+    (``repeat=0,1,2``) are one row with the median of each figure and its [min, max]; ``note``
+    flags a row whose epochs spread or whose host was loaded by other processes
+    (:func:`sweeps.tracking.reliability.unreliable`). Jobs that did not finish show their outcome
+    in place of the times — an OOM as ``OOM (fits up to N)`` when ``fits``
+    (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits."""
     groups: dict[str, dict[float | None, list[Job]]] = {}
     for j in jobs:
         if names.INFER_MEDIAN_MS not in j.metrics and j.params.get("task") != "max_batch":
@@ -65,7 +86,7 @@ def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> l
                "RMSE" if regression else "accuracy", "peak MB", "overhead [s]", "note"]
     out = []
     for label, by_batch in groups.items():
-        rows = []
+        rows, marked = [], False
         for batch, members in sorted(by_batch.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
             shown_batch = "-" if batch is None else f"{batch:.0f}"
             ok = [j for j in members if j.outcome == "ok"]
@@ -73,16 +94,17 @@ def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> l
                 col = lambda key: [j.metrics[key] for j in ok if key in j.metrics]  # noqa: E731
                 totals = col(names.TOTAL_S)
                 score = _median_spread(col(names.FINAL_RMSE if regression else names.FINAL_ACC), 2 if regression else 4)
+                epoch, first = epoch_cell(ok)
+                marked |= first
                 rows.append([shown_batch, f"{len(ok)}/{len(members)}", _median_spread(col(names.FIRST_EPOCH_S)),
-                             _median_spread(col(names.MEDIAN_EPOCH_S)) if col(names.MEDIAN_EPOCH_S) else "n/a (1 epoch)",
-                             hms(statistics.median(totals)) if totals else "-", score,
+                             epoch, hms(statistics.median(totals)) if totals else "-", score,
                              _median_spread(col(names.PEAK_MB), 0), _median_spread(col(names.OVERHEAD_S)), _note(ok)])
             else:
                 j = members[0]
                 n = (fits or {}).get(memory_key(j.params, j.tags)) if j.outcome == "oom" else None
                 shown = j.outcome.upper() + (f" (fits up to {n})" if n else "")
                 rows.append([shown_batch, f"0/{len(members)}", shown, "", "", "", _f(j.metrics.get(names.PEAK_MB), 0), "", ""])
-        out.append((label, md_table(headers, rows)))
+        out.append((label, with_note(md_table(headers, rows), marked)))
     return out
 
 
@@ -108,29 +130,32 @@ def inference_table(jobs: list[Job]) -> str | None:
 
 
 def comparison(jobs: list[Job], key: str) -> str:
-    """Side by side over the values of ``key`` (e.g. device=cpu vs cuda): median epoch time (or
-    inference median) per remaining label, and the speedup of each column over the first."""
+    """Side by side over the values of ``key`` (e.g. device=cpu vs cuda): median epoch time (a
+    1-epoch job's first epoch, marked; or the inference median) per remaining label, and the
+    speedup of each column over the first."""
     values = list(dict.fromkeys(j.swept[key] for j in jobs if key in j.swept))
     cells: dict[str, dict[str, Job]] = {}
     for j in jobs:
         if key in j.swept:
             cells.setdefault(j.label(exclude=(key,)), {})[j.swept[key]] = j
 
-    def time_of(j: Job | None) -> float | None:
+    def time_of(j: Job | None) -> tuple[float | None, bool]:
         if j is None or j.outcome != "ok":
-            return None
-        m = j.metrics
-        return m.get("time/median_epoch_s", m.get("time/first_epoch_s", m.get("infer/median_ms")))
+            return None, False
+        t, first = j.epoch_time()
+        return (t, first) if t is not None else (j.metrics.get(names.INFER_MEDIAN_MS), False)
 
     headers = ["job", *(f"{key}={v}" for v in values), *(f"speedup {v}" for v in values[1:])]
-    rows = []
+    rows, marked = [], False
     for label, row in cells.items():
-        times = [time_of(row.get(v)) for v in values]
-        shown = [_f(t, 3) if t is not None else (row[v].outcome.upper() if v in row else "-")
-                 for t, v in zip(times, values)]
+        timed = [time_of(row.get(v)) for v in values]
+        times = [t for t, _ in timed]
+        shown = [_f(t, 3) + (FIRST_EPOCH_MARK if first else "") if t is not None
+                 else (row[v].outcome.upper() if v in row else "-") for (t, first), v in zip(timed, values)]
+        marked |= any(first for _, first in timed)
         speed = [f"{times[0] / t:.2f}×" if times[0] and t else "-" for t in times[1:]]
         rows.append([label, *shown, *speed])
-    return md_table(headers, rows)
+    return with_note(md_table(headers, rows), marked)
 
 
 def scaling_efficiency(jobs: list[Job]) -> str | None:

@@ -11,9 +11,13 @@ right:
 - ``events``: a pair of CUDA events per iteration, resolved once at the end: true, and no sync
   inside the loop.
 
-On a CPU there is no asynchronous work: all three are the same host clock. The model is built
-as for training (:func:`sweeps.train.builder.build_model`: precision, ``channels_last``), and
-with ``compile=true`` compiled before the warm-up, which then absorbs the compilation.
+On a CPU there is no asynchronous work: all three are the same host clock. Events are recorded
+on the stream of the batch's device (a job on cuda:k, k ≥ 1, is timed on its own GPU). The model
+is built as for training (:func:`sweeps.train.builder.build_model`: precision, ``channels_last``
+for the model and its batch), and with ``compile=true`` compiled as a training job is (backend
+``$SWEEPS_COMPILE_BACKEND``, a fresh dynamo cache per job: see
+:class:`~sweeps.train.builder.CompileWatch`) by one forward pass before the warm-up, timed apart
+as ``time/compile_s``; the ``compiled`` tag says whether it really ran compiled.
 """
 from __future__ import annotations
 
@@ -25,8 +29,8 @@ from torch import nn
 
 from sweeps import names
 from sweeps.tasks.base import Task, register
-from sweeps.train.builder import build_model
-from sweeps.train.timing import synchronize
+from sweeps.train.builder import CompileWatch, build_model, compile_backend
+from sweeps.train.timing import record, synchronize, wall_clock
 
 MODES = names.TIMING_MODES
 
@@ -59,9 +63,9 @@ def time_forward(model: nn.Module, x: torch.Tensor, mode: str, warmup: int, iter
             pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(iters)]
             for a, b in pairs:
-                a.record()
+                record(a, device)  # on the batch's GPU, whatever the current device is
                 model(x)
-                b.record()
+                record(b, device)
             pairs[-1][1].synchronize()  # the one sync: after the loop
             times = [a.elapsed_time(b) for a, b in pairs]
         else:
@@ -110,12 +114,27 @@ class InferenceTask(Task):
         x = first_batch(data.test, data.batch, device)
         if channels_last and x.dim() == 4:
             x = x.contiguous(memory_format=torch.channels_last)
-        if cfg.compile:  # compiled on the first warm-up pass: the warm-up time includes it
-            model.compile(mode=cfg.compile_mode, dynamic=False)
+        compile_s = 0.0
+        if cfg.compile:
+            compile_s = self._compile(job, model, x, precision, device)
         with precision.autocast(device):  # bf16/fp16: every forward pass under autocast
             stats = summarize(time_forward(model, x, cfg.timing.mode, cfg.timing.warmup, cfg.timing.iters), data.batch)
-        job.measured_s = stats[names.WARMUP_S] + stats[names.INFER_WALL_S]
+        job.measured_s = compile_s + stats[names.WARMUP_S] + stats[names.INFER_WALL_S]
         job.writer.log_series(names.INFER_ITER_MS, stats.pop(names.INFER_ITER_MS))
         job.writer.log_metrics(stats)
         job.log.info("inference, timing.mode=%s: median %.3f ms per batch of %d", cfg.timing.mode,
                      stats[names.INFER_MEDIAN_MS], data.batch)
+
+    def _compile(self, job, model, x, precision, device: torch.device) -> float:
+        """Compile ``model`` and run one forward pass on ``x`` as the timed passes will (eval,
+        inference mode, autocast), which compiles it; logs ``time/compile_s`` and the
+        ``compiled`` tag. Returns the seconds (device synchronized at both ends)."""
+        cfg = self.cfg
+        watch = CompileWatch()
+        model.eval()
+        with wall_clock(device) as clock, torch.inference_mode(), precision.autocast(device):
+            model.compile(mode=cfg.compile_mode, dynamic=False, backend=compile_backend())
+            model(x)
+        job.writer.log_metrics({names.COMPILE_S: clock["s"]})
+        job.writer.set_tags({names.COMPILED_TAG: watch.state()})
+        return clock["s"]

@@ -43,6 +43,7 @@ class TrainTask(Task):
         if cfg.compile:  # compiled and warmed up here, out of the epoch times
             job.measured_s = training.compile()
             job.writer.log_metrics({names.COMPILE_S: job.measured_s})
+            job.writer.set_tags({names.COMPILED_TAG: training.compiled})
         start, elapsed = 1, 0.0
         state = job.resume_state
         if state is not None:

@@ -37,8 +37,9 @@ GPU_FIELDS: dict[str, Callable[[Any, Any], float]] = {
     "energy_j": lambda n, h: n.nvmlDeviceGetTotalEnergyConsumption(h) / 1e3,
 }
 # psutil: process CPU % (100 = one core, over the time since the previous sample), process RSS
-# (MB) and memory in use machine-wide, total − available (MB)
-HOST_FIELDS = ("cpu_pct", "rss_mb", "sys_mem_used_mb")
+# (MB), memory in use machine-wide, total − available (MB), and the whole machine's CPU % (100 =
+# every core busy, over the time since the previous sample: MLflow's system/cpu_utilization_percentage)
+HOST_FIELDS = ("cpu_pct", "rss_mb", "sys_mem_used_mb", "sys_cpu_pct")
 # Errors that mean "this GPU cannot answer this query", for good: the field is dropped.
 PERMANENT = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError_NoPermission")
 
@@ -60,16 +61,47 @@ def nvml_problem(nvml: Any = None) -> str:
     return ""
 
 
+def handle(n: Any, ident: int | str) -> Any:
+    """NVML's handle of a GPU by index or UUID; a ``GPU-`` UUID NVML does not know is tried as
+    ``MIG-`` (a MIG instance whose name did not say so)."""
+    if not isinstance(ident, str):
+        return n.nvmlDeviceGetHandleByIndex(ident)
+    try:
+        return n.nvmlDeviceGetHandleByUUID(ident)
+    except Exception:
+        if not ident.startswith("GPU-"):
+            raise
+        return n.nvmlDeviceGetHandleByUUID("MIG-" + ident[4:])
+
+
+def device_uuid(index: int) -> str | None:
+    """NVML's UUID of CUDA device ``index`` (this process's numbering): ``GPU-…`` for a whole GPU,
+    ``MIG-…`` for a MIG instance — CUDA gives both as the same bare 16 bytes, and NVML (like
+    ``CUDA_VISIBLE_DEVICES``) finds a MIG instance only under its ``MIG-`` name; CUDA names a MIG
+    instance "<GPU name> MIG <profile>" (e.g. "NVIDIA A100-SXM4-40GB MIG 1g.5gb"). Two MIG
+    instances of one GPU share the name and differ only here. None where CUDA cannot say."""
+    import torch
+
+    try:
+        props = torch.cuda.get_device_properties(index)
+        uuid = str(props.uuid)
+    except Exception:
+        return None
+    if uuid.startswith(("GPU-", "MIG-")):
+        return uuid
+    return f"{'MIG' if ' MIG ' in f' {props.name} ' else 'GPU'}-{uuid}"
+
+
 def gpu_ids(device: Any) -> list[int | str]:
-    """NVML identifiers of the GPUs a job on ``device`` (a torch.device) uses: the CUDA device's
-    UUID (robust to ``CUDA_VISIBLE_DEVICES`` and CUDA's device order), else its index."""
+    """NVML identifiers of the GPUs a job on ``device`` uses — a torch.device, or a sequence of
+    torch.devices and UUID strings (a data-parallel job's GPUs): each CUDA device's UUID (robust
+    to ``CUDA_VISIBLE_DEVICES`` and CUDA's device order), else its index."""
+    if isinstance(device, (list, tuple)):
+        return [i for d in device for i in ([d] if isinstance(d, str) else gpu_ids(d))]
     if device.type != "cuda":
         return []
     import torch
 
     index = device.index if device.index is not None else torch.cuda.current_device()
-    try:
-        uuid = str(torch.cuda.get_device_properties(index).uuid)
-    except Exception:
-        return [index]
-    return [uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"]
+    uuid = device_uuid(index)
+    return [uuid if uuid is not None else index]

@@ -81,6 +81,7 @@ class Telemetry:
             self._open_gpus()
             self._proc = psutil.Process()
             self._proc.cpu_percent(None)  # the first call only sets the reference point
+            psutil.cpu_percent(None)  # the same for the machine-wide figure
             gpu_cols = [f"gpu{k}_{f}" for k in range(len(self.handles)) for f in GPU_FIELDS]
             self.columns = [*META, *HOST_FIELDS, *gpu_cols]
             self._t0 = self._clock()
@@ -104,8 +105,7 @@ class Telemetry:
         self._nvml_open = True
         for ident in self.gpu_ids:
             try:
-                by_uuid = isinstance(ident, str)
-                h = n.nvmlDeviceGetHandleByUUID(ident) if by_uuid else n.nvmlDeviceGetHandleByIndex(ident)
+                h = nvml_api.handle(n, ident)
                 name = n.nvmlDeviceGetName(h)
             except Exception as e:
                 self.handles, self.names = [], []
@@ -149,7 +149,8 @@ class Telemetry:
             vm = psutil.virtual_memory()
             row = [self._clock() - self._t0, time.time(), self._open.epoch if self._open else None, mark,
                    p.cpu_percent(None) if mark != "start" else None,  # no interval before the first
-                   p.memory_info().rss / MB, (vm.total - vm.available) / MB]
+                   p.memory_info().rss / MB, (vm.total - vm.available) / MB,
+                   psutil.cpu_percent(None) if mark != "start" else None]
             for k, h in enumerate(self.handles):
                 row += [self._query(k, h, f, q) for f, q in GPU_FIELDS.items()]
             self.rows.append(tuple(row))
@@ -260,9 +261,12 @@ class Telemetry:
 
 
 def for_job(interval_s: float, device: Any) -> Telemetry:
-    """A started sampler for a job on ``device``: its GPUs on CUDA, host only elsewhere."""
+    """A started sampler for a job on ``device`` (a torch.device, or the sequence of devices and
+    UUIDs a data-parallel job uses: power, energy and memory then add up over them): its GPUs
+    on CUDA, host only elsewhere."""
     ids = gpu_ids(device)
-    reason = "" if ids else f"the job runs on {device.type}"
+    first = device[0] if isinstance(device, (list, tuple)) and device else device
+    reason = "" if ids else f"the job runs on {getattr(first, 'type', 'cpu')}"
     if not ids and interval_s > 0 and (problem := nvml_problem()):  # say why auto chose the CPU
         reason += f"; {problem}"
     return Telemetry(interval_s, ids, gpu_off_reason=reason).start()

@@ -15,6 +15,9 @@ import io
 
 from typing import Sequence
 
+from sweeps import names
+from sweeps.telemetry.nvml import MB
+
 # nvmlClocksEventReason* bits of nvmlDeviceGetCurrentClocksEventReasons (NVML API reference,
 # "Clocks Event Reasons"; pynvml exports the same values under those names).
 REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
@@ -38,6 +41,17 @@ HOST_METRICS = {
     "host/rss_max_mb": ("rss_mb", "sum", "max"),  # MB, peak resident set of this process
     "host/sys_mem_used_max_mb": ("sys_mem_used_mb", "sum", "max"),  # MB, peak in use machine-wide
 }
+
+# The same windows under MLflow's system-metric names, so the run page's System metrics tab shows
+# them (mlflow/system_metrics/metrics/cpu_monitor.py, gpu_monitor.py): metric → (sample column,
+# statistic, scale). MLflow's megabytes are 1e6 bytes, ours 2**20; its GPU index is the k-th
+# GPU this job samples.
+TO_MLFLOW_MB = MB / 1e6
+SYSTEM_HOST = {names.SYSTEM_CPU_PCT: ("sys_cpu_pct", "rate", 1.0),  # %, all cores = 100, mean
+               names.SYSTEM_MEM_MB: ("sys_mem_used_mb", "level", TO_MLFLOW_MB)}  # 1e6 B, mean in use
+SYSTEM_GPU = {"utilization_percentage": ("util_pct", "rate", 1.0),  # %, mean
+              "memory_usage_megabytes": ("mem_used_mb", "level", TO_MLFLOW_MB),  # 1e6 B, mean in use
+              "power_usage_watts": ("power_w", "level", 1.0)}  # W, mean
 
 
 def series(rows: Sequence[tuple], columns: Sequence[str], field: str, across: str = "mean") -> list[tuple]:
@@ -78,14 +92,20 @@ def statistic(pts: Sequence[tuple], how: str) -> float:
 
 
 def epoch_metrics(rows: Sequence[tuple], columns: Sequence[str], gpus: int) -> dict[str, float]:
-    """The ``host/…`` and (with ``gpus`` > 0) ``gpu/…`` metrics of one window, see the tables
-    above; a metric whose field no sample of the window has is left out."""
+    """The ``host/…`` and (with ``gpus`` > 0) ``gpu/…`` metrics of one window, and their
+    ``system/…`` copies, see the tables above; a metric whose field no sample of the window has
+    is left out."""
     out = {}
     table = {**HOST_METRICS, **(GPU_METRICS if gpus else {})}
     for name, (field, across, how) in table.items():
         pts = series(rows, columns, field, across)
         if pts:
             out[name] = statistic(pts, how)
+    system = {**SYSTEM_HOST, **{names.system_gpu(k, what): (f"gpu{k}_{field}", how, scale)
+                                for k in range(gpus) for what, (field, how, scale) in SYSTEM_GPU.items()}}
+    for name, (field, how, scale) in system.items():
+        if pts := series(rows, columns, field):
+            out[name] = statistic(pts, how) * scale
     return out
 
 

@@ -8,6 +8,7 @@ simply has fewer fields."""
 from __future__ import annotations
 
 import functools
+import getpass
 import json
 import os
 import platform
@@ -18,6 +19,10 @@ from pathlib import Path
 import psutil
 import torch
 import torchvision
+from mlflow.entities import SourceType
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER
+
+from sweeps.names import SOURCE_NAME
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 
@@ -153,7 +158,8 @@ def environment_tags() -> dict[str, str]:
     """Host, CPU model, cores, RAM (GB), GPU names, driver, CUDA, torch/torchvision versions and
     the project's git commit (``-dirty`` when tracked files differ from it), plus physical cores,
     OS, GPU memory (GB), power limit (W), the driver's CUDA version and cuDNN — the
-    :func:`fingerprint` flattened to ``env.*`` strings (``none`` where absent). Cached per process."""
+    :func:`fingerprint` flattened to ``env.*`` strings (``none`` where absent) — and MLflow's
+    source and user tags (:func:`source_tags`). Cached per process."""
     fp = fingerprint()
     gpus = fp["gpus"]
 
@@ -178,7 +184,26 @@ def environment_tags() -> dict[str, str]:
         "env.torchvision": fp["torchvision"],
         "env.python": fp["python"],
         "env.git_commit": fp["git_commit"],
+        **source_tags(fp["git_commit"]),
     }
+
+
+def source_tags(git_commit: str) -> dict[str, str]:
+    """MLflow's own run-source tags, which its UI shows as the Source and User columns:
+    ``mlflow.source.name`` (the command, :data:`sweeps.names.SOURCE_NAME`), ``mlflow.source.type``
+    (``LOCAL``), ``mlflow.user`` (the login name, else ``$USER``, else ``unknown``) and
+    ``mlflow.source.git.commit`` (``git_commit`` without ``-dirty``; left out where unknown:
+    the UI would link a commit that does not exist)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry for this uid (containers) and no $USER
+        user = os.environ.get("USER") or "unknown"
+    tags = {MLFLOW_SOURCE_NAME: SOURCE_NAME, MLFLOW_SOURCE_TYPE: SourceType.to_string(SourceType.LOCAL),
+            MLFLOW_USER: user}
+    commit = git_commit.removesuffix("-dirty")
+    if commit and commit != "unknown":
+        tags[MLFLOW_GIT_COMMIT] = commit
+    return tags
 
 
 def hardware(device_type: str) -> str:

@@ -18,14 +18,58 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from sweeps.data import DataSpec, default_workers, device_loaders, make_loaders
+from sweeps.data.datasets import pinned
 from sweeps.train import distributed
 from sweeps.train.checkpoint import rng_state, set_rng_state
 from sweeps.train.loop import Trainer
+from sweeps.train.memory import reset_peak
 from sweeps.train.optim import make_optimizer, make_schedule, optimizer_kwargs
 from sweeps.train.precision import Precision, apply_precision, set_determinism
 from sweeps.train.speed import compile_and_warm, use_channels_last
 
 COMPILE_BACKEND_ENV = "SWEEPS_COMPILE_BACKEND"  # torch.compile backend (default inductor; tests: aot_eager)
+
+
+def compile_backend() -> str:
+    """torch.compile's backend: ``$SWEEPS_COMPILE_BACKEND``, default ``inductor``."""
+    return os.environ.get(COMPILE_BACKEND_ENV, "inductor")
+
+
+class CompileWatch:
+    """One job's compilation, started from a clean dynamo state; afterwards :meth:`state` says
+    whether it really compiled (the ``compiled`` tag).
+
+    Why the reset: dynamo keeps every compiled graph of a function (the model's forward) in one
+    cache per code object, across jobs, and after ``torch._dynamo.config.recompile_limit`` (8)
+    entries it stops compiling that code and runs it eagerly, silently. A sweep of compiled
+    jobs in one process (batch sizes, models) fills the cache within two or three jobs; later
+    jobs then ran eager while logged ``compile=true``. The previous job's graphs are of no use
+    to this one (other shapes, other parameters), so each job starts from an empty cache.
+    """
+
+    def __init__(self):
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        self._before = self._counts()
+
+    @staticmethod
+    def _counts() -> tuple[int, int]:
+        """(graphs compiled, times a recompile limit made dynamo give up) so far in this process."""
+        from torch._dynamo.utils import counters
+
+        limits = sum(n for k, n in counters["unimplemented"].items()
+                     if "recompile limit" in k.lower() or "recompile_limit" in k.lower())
+        return counters["stats"]["unique_graphs"], limits
+
+    def state(self) -> str:
+        """``true``, or ``false (why)``: no graph compiled, or a recompile limit was hit."""
+        graphs, limits = (a - b for a, b in zip(self._counts(), self._before))
+        if limits:
+            return "false (dynamo's recompile limit was hit: parts of the model ran eager)"
+        if graphs == 0:
+            return "false (no graph was compiled: the model ran eager)"
+        return "true"
 
 
 @dataclass
@@ -68,13 +112,20 @@ class Training:
     test_loader: Any
     model: nn.Module  # the bare model (FLOP counting); the trainer may hold it wrapped (DDP)
     cfg: DictConfig
+    compiled: str = "false (compile=false)"  # the ``compiled`` tag: see CompileWatch.state
 
     def compile(self) -> float:
         """``torch.compile`` (backend ``$SWEEPS_COMPILE_BACKEND``, default ``inductor``) and warm up
         every batch shape before the first epoch; seconds spent (``time/compile_s``), kept out of
-        the epoch times. Under DDP every rank warms up the same shapes (its own batch / world)."""
-        return compile_and_warm(self.trainer, self.train_loader, self.test_loader, self.cfg.compile_mode,
-                                backend=os.environ.get(COMPILE_BACKEND_ENV, "inductor"))
+        the epoch times. Under DDP every rank warms up the same shapes (its own batch / world).
+        Sets :attr:`compiled`. The warm-up's memory is not the training's: CUDA peak statistics
+        are reset afterwards, so ``mem/epoch_peak_mb`` is the epochs' own."""
+        watch = CompileWatch()
+        seconds = compile_and_warm(self.trainer, self.train_loader, self.test_loader, self.cfg.compile_mode,
+                                   backend=compile_backend())
+        self.compiled = watch.state()
+        reset_peak(self.trainer.device)
+        return seconds
 
     def state_dict(self) -> dict:
         """What a checkpoint needs: trainer state and every RNG (the loader's shuffle included)."""
@@ -110,5 +161,6 @@ def build(cfg: DictConfig, data: JobData, device: torch.device, monitor=None) ->
                                  cfg.dataset.get("augment", False), cfg.seed)  # tensors: no augment field
     else:
         loaders = make_loaders(data.train, data.test, data.batch, device, default_workers(cfg.dataset, device), cfg.seed)
+        loaders = tuple(pinned(loader, device) for loader in loaders)  # in-memory tensors: page-locked on CUDA
     train_loader, test_loader = distributed.shard(loaders, data.batch, cfg.seed)
     return Training(trainer, train_loader, test_loader, model, cfg)

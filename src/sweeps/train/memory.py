@@ -1,5 +1,6 @@
 """Memory outcomes of a step: recognising an out-of-memory error from any allocator, and giving
-the memory back afterwards so the next job (or trial) starts from a clean allocator."""
+the memory back afterwards so the next job (or trial) starts from a clean allocator; recognising
+a *sticky* CUDA error, after which this process's CUDA context is lost for good."""
 from __future__ import annotations
 
 import atexit
@@ -11,6 +12,29 @@ import torch
 # CPU ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ..."), cuDNN/cuBLAS
 # workspaces ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED") and older CUDA builds.
 _OOM_TEXT = ("out of memory", "can't allocate memory", "status_alloc_failed")
+# cudaGetErrorString texts of the errors the CUDA Runtime API reference (enum cudaError) says
+# leave "the process in an inconsistent state and any further CUDA work will return the same
+# error. To continue using CUDA, the process must be terminated and relaunched": 700 illegal
+# address, 702 launch timeout, 710 device-side assert, 714 hardware stack error, 715 illegal
+# instruction, 716 misaligned address, 718 invalid program counter, 719 launch failure,
+# 214 uncorrectable ECC error, 220 uncorrectable NVLink error.
+_STICKY_TEXT = ("illegal memory access", "launch timed out", "device-side assert", "hardware stack error",
+                "illegal instruction", "misaligned address", "invalid program counter",
+                "unspecified launch failure", "uncorrectable ecc error", "uncorrectable nvlink error")
+cuda_lost = ""  # set once a sticky CUDA error happened in this process: its one line
+
+
+def is_sticky_cuda_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a CUDA error that poisons this process's CUDA context (see above)."""
+    text = str(exc).lower()
+    return "cuda" in text and any(t in text for t in _STICKY_TEXT)
+
+
+def note_cuda_lost(line: str) -> None:
+    """Remember that this process's CUDA context is lost (``line`` says how); later CUDA work in it
+    is refused (:func:`sweeps.launch.device.resolve_device`) and memory is no longer released."""
+    global cuda_lost
+    cuda_lost = cuda_lost or line
 
 def is_oom(exc: BaseException) -> bool:
     """Whether ``exc`` is an out-of-memory failure of any allocator."""
@@ -29,13 +53,36 @@ def release_memory(device: torch.device | None = None) -> None:
     What survives the collection is long-lived (modules, caches) and is frozen (:func:`gc.freeze`):
     later collections skip it, so this one costs milliseconds instead of the ~0.3 s a full
     collection of a process holding torch, Hydra, MLflow and matplotlib takes.
+
+    Never raises. CUDA is left alone where this process never initialised it (a CPU job on a GPU
+    machine: resetting the statistics of an allocator that does not exist raises) and where a
+    sticky error has lost its context.
     """
     gc.collect()
     gc.freeze()  # undone at exit (below), so interpreter shutdown still finalizes everything
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-        for i in range(torch.cuda.device_count()):
-            torch.cuda.reset_peak_memory_stats(i)
+    if torch.cuda.is_available() and torch.cuda.is_initialized() and not cuda_lost:
+        try:
+            torch.cuda.empty_cache()
+            for i in range(torch.cuda.device_count()):
+                torch.cuda.reset_peak_memory_stats(i)
+        except RuntimeError as e:  # a context lost under us: the next job says so, this one ends
+            note_cuda_lost(" ".join(str(e).split())[:300])
+
+
+def reset_peak(device: torch.device) -> None:
+    """Start CUDA peak-memory statistics of ``device`` afresh (no-op on a CPU or an uninitialised
+    CUDA); e.g. after a compile warm-up, whose memory is not the epochs'."""
+    if device.type == "cuda" and torch.cuda.is_initialized() and not cuda_lost:
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def warm_cublas(device: torch.device) -> None:
+    """One small matmul on ``device``, so cuBLAS has allocated its workspace (through the caching
+    allocator, per handle and stream: a few MiB that stay) before a memory baseline is taken.
+    Taken before, the baseline is lower than what any later step can return to. No-op on a CPU."""
+    if device.type == "cuda":
+        a = torch.ones(8, 8, device=device)
+        (a @ a + torch.addmm(a[0], a, a)).sum().item()  # cuBLAS and cuBLASLt (addmm's bias epilogue)
 
 
 atexit.register(gc.unfreeze)  # before shutdown: what release_memory froze is finalized as usual

@@ -4,7 +4,10 @@ A training step is cut into four phases at five marks::
 
     mark ─data─► mark ─forward─► mark ─backward─► mark ─optimizer─► mark (= next step's first)
 
-On CUDA each mark is a recorded ``torch.cuda.Event`` (recording does not block the host); all
+On CUDA each mark is a recorded ``torch.cuda.Event`` (recording does not block the host), on the
+current stream *of the job's device* — not of the process's current device, which stays cuda:0
+for a job placed on cuda:k unless someone called ``set_device``: an event recorded on another
+GPU's stream would time that GPU's (idle) queue. All
 events of an epoch are resolved with one synchronize when the epoch ends. The interval between
 two events is GPU-timeline time, so ``data`` is how long the GPU waited for the next batch (host
 loading + host-to-device copy) — the number that says whether the input pipeline is the
@@ -31,6 +34,12 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def record(event, device: torch.device) -> None:
+    """Record the CUDA ``event`` on ``device``'s current stream (the stream the job's kernels go
+    to), whatever the process's current device is. Never synchronizes."""
+    event.record(torch.cuda.current_stream(device))
+
+
 class PhaseTimer:
     """Collects phase marks for one epoch and turns them into mean per-iteration times.
 
@@ -44,11 +53,14 @@ class PhaseTimer:
         self._events: list = []  # CUDA: a pool of events reused epoch after epoch
         self._marks: list = []  # CPU: perf_counter values; CUDA: events recorded this epoch
         self._n = 0
+        self._stream = None  # CUDA: the device's current stream, looked up once per epoch
 
     def start(self) -> None:
         """Open an epoch: the first mark."""
         self._n = 0
         self._marks = []
+        if self.cuda:
+            self._stream = torch.cuda.current_stream(self.device)
         self.mark()
 
     def mark(self) -> None:
@@ -57,7 +69,7 @@ class PhaseTimer:
             if self._n == len(self._events):
                 self._events.append(torch.cuda.Event(enable_timing=True))
             event = self._events[self._n]
-            event.record()
+            event.record(self._stream)  # on the job's device (see the module docstring)
             self._marks.append(event)
         else:
             self._marks.append(time.perf_counter())
