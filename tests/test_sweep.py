@@ -144,3 +144,37 @@ def test_cuda_without_gpu_is_unavailable(tmp_path, tiny, in_process):
     (run,) = runs(tmp_path)
     assert run.data.tags["outcome"] == "unavailable"
     assert "device=cuda" in run.data.tags["error"]
+
+
+def test_a_store_failing_while_the_sweep_opens_stops_it_in_one_line(tmp_path, monkeypatch):
+    """The store answers the checks, then refuses the parent run: Hydra would turn the callback's
+    exception into a warning and run every job without a parent; the sweep stops instead."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from conftest import cli_in_process
+
+    def refuse(self, *args, **kwargs):
+        raise MlflowException("database is locked\n(after 5 retries)")
+    monkeypatch.setattr(MlflowClient, "create_run", refuse)
+    proc = cli_in_process(["-m", "model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=32",
+                           "dataset.test_size=8", "epochs=1", "device=cpu", "batch=8,16"], tmp_path)
+    assert proc.returncode == 2
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("sweeps: error:")]
+    assert "parent run" in line and "database is locked (after 5 retries)" in line
+    assert "Launching" not in proc.stdout + proc.stderr  # no job ran
+
+
+def test_a_store_failing_while_the_sweep_closes_is_one_line_and_exit_1(tmp_path, monkeypatch):
+    from conftest import cli_in_process
+    from sweeps.launch import sweep
+
+    def broken(*args, **kwargs):
+        raise OSError("disk I/O error")
+    monkeypatch.setattr(sweep, "describe_sweep", broken)
+    proc = cli_in_process(["-m", "model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=32",
+                           "dataset.test_size=8", "epochs=1", "device=cpu", "batch=8,16"], tmp_path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "summary could not be written" in proc.stdout + proc.stderr and "disk I/O error" in proc.stdout + proc.stderr
+    jobs = [r for r in runs(tmp_path) if r.data.tags.get("sweeps.kind") != "sweep"]
+    assert len(jobs) == 2 and {r.data.tags["outcome"] for r in jobs} == {"ok"}  # the jobs' runs stand

@@ -137,6 +137,13 @@ class SweepCallback(Callback):
             client, experiment_id = store.prepare(config)
         except UsageError as e:
             stop(e)
+        try:
+            self._open_parent(config, client, experiment_id)
+        except Exception as e:  # Hydra would shrink it to a warning and run the jobs without a parent
+            stop(UsageError(f"cannot open the sweep's parent run in {client.tracking_uri} ({type(e).__name__}: "
+                            f"{' '.join(str(e).split())[:200]}): check the store, or set mlflow.tracking_uri=..."))
+
+    def _open_parent(self, config: DictConfig, client: MlflowClient, experiment_id: str) -> None:
         resume.mark_stale(client, experiment_id)
         name = "/".join(Path(str(config.hydra.sweep.dir)).parts[-2:]) or "sweep"
         command = " ".join(["python -m sweeps", *sys.argv[1:]])[:5000]
@@ -158,6 +165,19 @@ class SweepCallback(Callback):
         if not parent or not uri:
             return
         client = MlflowClient(uri)
+        try:
+            self._close_parent(config, client, parent)
+        except Exception as e:  # the jobs' runs are closed already: say so in one line, keep the exit status honest
+            log.error("the sweep's summary could not be written to its parent run %s (%s: %s); the jobs' runs are "
+                      "complete: python -m sweeps.report --run-id %s reads them", parent, type(e).__name__,
+                      " ".join(str(e).split())[:200], parent)
+            outcome.note_sweep_errors(1)
+            try:
+                client.set_terminated(parent, "FAILED")
+            except Exception:
+                pass  # the store is gone: the next sweep marks the run stale
+
+    def _close_parent(self, config: DictConfig, client: MlflowClient, parent: str) -> None:
         experiment_id = client.get_run(parent).info.experiment_id
         children = store.child_runs(client, experiment_id, parent)
         text = print_summary(client, children, parent)
