@@ -11,7 +11,7 @@ import pytest
 from conftest import TEST_CONF, cli_in_process, compose, runs
 from fake_nvml import Clock, FakeNVML
 from sweeps import names
-from sweeps.telemetry.sampler import Telemetry
+from test_telemetry import _script
 from sweeps.tracking import inputs, naming
 
 TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=64", "dataset.test_size=16", "epochs=1",
@@ -125,16 +125,7 @@ def test_host_telemetry_is_also_a_system_metric(store_of_two_sweeps):
 
 def test_gpu_telemetry_is_also_a_system_metric_in_mlflow_units():
     clock = Clock()
-    tel = Telemetry(1000, ["GPU-fake-0"], nvml=FakeNVML(clock), clock=clock)
-    clock.t = 0
-    tel.start()
-    clock.t = 1
-    tel.epoch_start(1)
-    for clock.t in (2, 3):
-        tel.sample()
-    clock.t = 4
-    m = tel.epoch_end(1)
-    tel.stop()
+    _, m = _script(FakeNVML(clock), clock)  # one epoch with two GPU samples (tests/test_telemetry.py)
     assert m["system/gpu_0_utilization_percentage"] == pytest.approx(m["gpu/util_pct"])
     assert m["system/gpu_0_power_usage_watts"] == pytest.approx(m["gpu/power_w"])
     assert 0 < m["system/gpu_0_memory_usage_megabytes"] <= m["gpu/mem_used_max_mb"] * 2**20 / 1e6
