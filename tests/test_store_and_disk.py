@@ -90,3 +90,27 @@ def test_full_checkpoint_disk_costs_the_checkpoints_not_the_job(tmp_path, in_pro
     assert run.data.tags["sweeps.checkpoints"].startswith("off: cannot ") and "ck" in run.data.tags["sweeps.checkpoints"]
     steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, "train/loss")]
     assert sorted(steps) == [1, 2, 3]  # every epoch measured and logged
+
+
+@pytest.mark.parametrize("floats", [10, 100_000])  # within torch.save's buffer (OSError) and past it (RuntimeError)
+def test_a_checkpoint_that_meets_a_full_disk_switches_saving_off(tmp_path, mounts, floats):
+    import torch
+
+    from sweeps.train.checkpoint import Checkpoints
+
+    _full_tmpfs(tmp_path / "ck", mounts)
+    ckpt = Checkpoints(tmp_path / "ck" / "run", every_epochs=1)
+    assert ckpt.save(1, {"w": torch.zeros(floats)}) is None
+    assert "No space left on device" in ckpt.off and not ckpt.due(2)
+    assert not list((tmp_path / "ck" / "run").glob(".tmp-*"))  # no partial file left behind
+
+
+def test_the_journal_failing_switches_checkpoints_off_too(tmp_path, in_process, mounts, monkeypatch):
+    """A checkpoint newer than the journal's last line would resume with epochs missing from the summary."""
+    from sweeps.train.checkpoint import Checkpoints
+
+    saved = []
+    monkeypatch.setattr(Checkpoints, "save", lambda self, epoch, state: saved.append(epoch))
+    _full_tmpfs(tmp_path / "ck", mounts)
+    assert in_process([*TINY, "checkpoint.dir=ck", "checkpoint.every_epochs=1"]) == "ok"
+    assert saved == []

@@ -43,7 +43,7 @@ def one_line(exc: BaseException) -> str:
     the message does not hold it (a type conversion)."""
     parts: list[str] = []
     text = str(exc)
-    if exc.__cause__ is not None and str(exc.__cause__).splitlines()[0] not in text:
+    if exc.__cause__ is not None and (str(exc.__cause__).splitlines() or [""])[0] not in text:
         text += "\n" + str(exc.__cause__)
     for raw in text.splitlines():
         line = raw.strip()

@@ -66,6 +66,8 @@ class RankSpec:
 class _Silent:
     """Writer, epoch log and checkpoints of the ranks other than 0: nothing is kept or logged."""
 
+    off = ""  # never switched off: there is nothing to write
+
     def log_metrics(self, *args, **kwargs) -> None:
         pass
 

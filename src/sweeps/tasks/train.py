@@ -58,10 +58,15 @@ class TrainTask(Task):
             if not math.isfinite(rec[names.TRAIN_LOSS]):
                 raise Diverged(f"non-finite training loss ({rec[names.TRAIN_LOSS]}) in epoch {rec['epoch']}: "
                                f"lower the learning rate (lr={data.lr:g})")
+            if job.epochs.off and not job.checkpoints.off:  # resume needs the journal up to its checkpoint
+                job.checkpoints.off = f"no checkpoints without the epoch journal ({job.epochs.off})"
             if job.checkpoints.due(rec["epoch"]):
                 job.checkpoints.save(rec["epoch"], {**training.state_dict(), "elapsed_s": rec[names.ELAPSED_S]})
                 if job.checkpoints.off:  # the disk refused it: said once, the job goes on
-                    job.writer.set_tags({names.CHECKPOINTS_TAG: f"off: {job.checkpoints.off}"})
+                    try:
+                        job.writer.set_tags({names.CHECKPOINTS_TAG: f"off: {job.checkpoints.off}"})
+                    except Exception as e:  # the store may sit on the same full disk
+                        job.log.warning("could not tag the run with it (%s)", type(e).__name__)
 
         training.trainer.fit(training.train_loader, training.test_loader, cfg.epochs, after_epoch,
                              start_epoch=start, elapsed_s=elapsed, eval_every=cfg.eval.every_epochs)

@@ -73,7 +73,10 @@ class EpochLog:
         log.warning("%s: the epochs go on to MLflow without a journal (a kill now may lose the queued ones)",
                     self.off)
         if self.writer is not None:
-            self.writer.set_tags({names.CHECKPOINTS_TAG: f"off: {self.off}"})
+            try:  # the store may sit on the same full disk: the tag is a nicety, the job goes on
+                self.writer.set_tags({names.CHECKPOINTS_TAG: f"off: {self.off}"})
+            except Exception as e:
+                log.warning("could not tag the run with it (%s)", type(e).__name__)
 
     def _console(self, rec: dict) -> None:
         now = time.monotonic()

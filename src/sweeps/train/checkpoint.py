@@ -91,10 +91,15 @@ class Checkpoints:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, final)
-        except OSError as e:
+        except (OSError, RuntimeError) as e:
+            # torch.save reports a write that fails past its buffer as RuntimeError ("enforce fail
+            # at inline_container.cc … unexpected pos") with the OSError as its context
+            cause = e if isinstance(e, OSError) else e.__context__
+            if not isinstance(cause, OSError):
+                raise
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
-            self.off = f"cannot write checkpoints to {self.directory} ({e.strerror or e})"
+            self.off = f"cannot write checkpoints to {self.directory} ({cause.strerror or cause})"
             log.warning("%s: the job goes on without them (a kill now cannot resume past the last one); "
                         "free space or set checkpoint.dir=...", self.off)
             return None
