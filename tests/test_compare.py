@@ -116,7 +116,7 @@ def test_by_sweep_ids_filter_torch_version_and_a_baseline_prefix(two_hosts):
     client = store(cwd)
     sweeps = client.search_runs([client.get_experiment_by_name("sweeps").experiment_id],
                                 "tags.`sweeps.kind` = 'sweep'", order_by=["attributes.start_time ASC"])
-    args = [a for s in sweeps for a in ("--sweep", s.info.run_id)]
+    args = [a for s in sweeps for a in ("--sweep", s.info.run_id)] + ["--sweep", sweeps[0].info.run_id]  # twice: once
     code, text, err = _main(["--compare", "--tracking-uri", uri, *args, "--filter", "params.batch = '32'",
                              "--by", "torch", "--baseline", "2.1", "--out", str(cwd / "out2")])
     assert code == 0, err
@@ -125,6 +125,8 @@ def test_by_sweep_ids_filter_torch_version_and_a_baseline_prefix(two_hosts):
     assert [r[0] for r in rows] == ["all"]  # one configuration: batch 32
     a, b = _logged(uri, "host-a", 32, names.MEDIAN_EPOCH_S), _logged(uri, "host-b", 32, names.MEDIAN_EPOCH_S)
     assert rows[0][3] == f"{statistics.median(a) / b[0]:.2f}×"
+    runs_ok = {r[0]: r for r in _table(text, "all")[1:]}["runs ok"]
+    assert runs_ok[1:3] == ["1/1", "2/2"]  # the sweep named twice counts once
     # the machines differ too: one line for all their tags, not one per tag
     (warning,) = [line for line in err.splitlines() if "warning" in line]
     assert warning == ("sweeps.report: warning: compared runs differ in machine (env.host, sweeps.hardware), "
@@ -165,3 +167,17 @@ def test_a_one_epoch_job_shows_its_first_epoch_marked_and_energy_where_measured(
     assert "| energy [J/sample] | 0.02 | 0.03 | 1.50× |" in table
     cpu_only = compare([_job("c", "host-a", {names.FIRST_EPOCH_S: 1.0}), _job("d", "host-b", {})], ["machine"])
     assert "energy" not in config_table(cpu_only.configs["all"], cpu_only)
+
+
+def test_the_gpu_slot_and_params_only_newer_runs_log_do_not_split_a_configuration():
+    """Host A ran on GPU 1 of a pool with a newer sweeps (it logs data.train_examples); host B on
+    GPU 0 without that param: one configuration, one ratio."""
+    a = _job("a", "host-a", {names.MEDIAN_EPOCH_S: 2.0})
+    a.params.update({"device.index": "1", "data.train_examples": "1000", "batch": "64"})
+    b = _job("b", "host-b", {names.MEDIAN_EPOCH_S: 1.0})
+    b.params.update({"device.index": "None", "batch": "64"})
+    c = _job("c", "host-b", {names.MEDIAN_EPOCH_S: 3.0})
+    c.params.update({"device.index": "0", "batch": "128"})
+    cmp = compare([a, b, c], ["machine"])
+    assert list(cmp.configs) == ["batch=64", "batch=128"]
+    assert set(cmp.configs["batch=64"]) == {"host-a", "host-b"}

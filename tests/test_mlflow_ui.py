@@ -109,11 +109,11 @@ def test_the_run_table_shows_names_outcomes_inputs_and_the_sweep_description(tmp
             outcome_cells = page.locator('[role=gridcell][col-id="tags.`outcome`"]')
             for outcome in ("oom", "unavailable", "ok"):
                 expect(outcome_cells.filter(has_text=outcome)).to_have_count(2)
-            expect(page.get_by_text("synthetic/train (generated:synthetic)").first).to_be_visible()  # dataset input
+            expect(page.get_by_text(re.compile(r"synthetic/train \(generated:synthetic-[0-9a-f]{8}\)")).first).to_be_visible()  # dataset input
             _widen_run_names(page)
             page.get_by_role("button", name="Toggle sidebar").click()
             page.get_by_role("button", name="Expand rows").click()  # both inputs of each job
-            expect(page.get_by_text("synthetic/test (generated:synthetic)").first).to_be_visible()
+            expect(page.get_by_text(re.compile(r"synthetic/test \(generated:synthetic-[0-9a-f]{8}\)")).first).to_be_visible()
             page.screenshot(path=str(shot))
             both = next(p for p in parents if "device" in p.info.run_name)
             page.goto(f"{uri}/#/experiments/{exp_id}/runs/{both.info.run_id}")  # the parent's run page

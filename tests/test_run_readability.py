@@ -101,8 +101,9 @@ def test_dataset_inputs_and_example_counts(store_of_two_sweeps):
         by_context = {i.tags[0].value: i.dataset for i in job.inputs.dataset_inputs}
         assert set(by_context) == {"train", "eval"}
         train = by_context["train"]
-        assert train.name == "synthetic/train" and train.digest == fingerprint == "generated:synthetic"
+        assert train.name == "synthetic/train" and fingerprint == "generated:synthetic"
         assert train.source_type == "code" and json.loads(train.profile)["num_rows"] == 64
+        assert json.loads(train.source)["tags"]["sweeps.fingerprint"] == fingerprint
         spec = json.loads(json.loads(train.schema)["mlflow_tensorspec"]["features"])[0]["tensor-spec"]
         assert spec == {"dtype": "float32", "shape": [-1, 1, 8, 8]}
         assert json.loads(by_context["eval"].profile)["num_rows"] == 16
@@ -111,8 +112,29 @@ def test_dataset_inputs_and_example_counts(store_of_two_sweeps):
 
 def test_files_on_disk_are_a_local_source(tmp_path):
     ds = inputs.dataset("imagefolder", "train", "0123456789abcdef", str(tmp_path), (3, 28, 28), 8000, False)
-    assert ds.source_type == "local" and json.loads(ds.source) == {"uri": str(tmp_path)}
-    assert ds.digest == "0123456789abcdef"
+    assert ds.source_type == "local"
+    assert json.loads(ds.source) == {"uri": str(tmp_path), "fingerprint": "0123456789abcdef"}
+
+
+def test_the_same_data_read_differently_keeps_its_own_shape_and_count(tmp_path):
+    """MLflow stores one dataset per (experiment, name, digest) and reuses it: two jobs on the same
+    generated data with other subset sizes and shapes must not share one."""
+    from mlflow import MlflowClient
+
+    from conftest import seed_store
+
+    seed_store(tmp_path)
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    exp = client.create_experiment("inputs")
+    logged = {}
+    for shape, rows in (((1, 8, 8), 64), ((3, 32, 32), 1000), ((1, 8, 8), 64)):
+        run = client.create_run(exp)
+        inputs.log_datasets(client, run.info.run_id, "synthetic", "generated:synthetic", None, shape, rows, 16, False)
+        (train,) = [i.dataset for i in client.get_run(run.info.run_id).inputs.dataset_inputs
+                    if i.tags[0].value == "train"]
+        assert json.loads(train.profile) == {"num_rows": rows, "features_shape": [rows, *shape]}
+        logged.setdefault((shape, rows), set()).add(train.digest)
+    assert [len(d) for d in logged.values()] == [1, 1] and len(set.union(*logged.values())) == 2
 
 
 def test_host_telemetry_is_also_a_system_metric(store_of_two_sweeps):

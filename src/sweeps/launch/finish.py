@@ -88,12 +88,16 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         job.writer.flush()
         if job.writer.lost:  # the store refused some values after every retry: late, not never
             job.writer.replay(records)
-        job.writer.set_tags({names.OUTCOME_TAG: outcome, **({names.ERROR_TAG: error} if error else {}),
-                             **_note(job, outcome, error)})
+        job.writer.set_tags({names.OUTCOME_TAG: outcome, **({names.ERROR_TAG: error} if error else {})})
         job.writer.end(STATUS.get(outcome, "FAILED"))
     except Exception as e:
         log.error("job %s: its MLflow run %s could not be closed (%s: %s)", job.name, job.writer.run_id,
                   type(e).__name__, " ".join(str(e).split())[:200])
+        return
+    try:  # the description last and apart: a store refusing it costs the description, not the outcome
+        job.writer.set_tags(_note(job, outcome, error))
+    except Exception as e:
+        log.warning("job %s: no description for run %s (%s)", job.name, job.writer.run_id, type(e).__name__)
 
 
 def _note(job, outcome: str, error: str) -> dict[str, str]:

@@ -150,13 +150,13 @@ class SweepCallback(Callback):
         tags = {**environment_tags(), **resume.owner_tags(), names.KIND_TAG: "sweep", names.SWEEP_DIR_TAG: str(config.hydra.sweep.dir),
                 names.COMMAND_TAG: command}
         run = client.create_run(experiment_id, run_name=f"sweep {name}", tags=tags)
+        os.environ[store.PARENT_RUN_ENV] = run.info.run_id  # now: a failure below closes (deletes) this run
+        os.environ[store.SWEEP_URI_ENV] = client.tracking_uri
         swept = swept_keys(config)
         run_id = run.info.run_id  # the name and description carry its short id: known only now
         client.update_run(run_id, name=naming.sweep_title(swept, _preset(config), run_id))
         client.set_tag(run_id, MLFLOW_RUN_NOTE, naming.sweep_note(command, swept, str(config.hydra.sweep.dir), run_id))
-        os.environ[store.PARENT_RUN_ENV] = run.info.run_id
         os.environ[store.SWEPT_KEYS_ENV] = ",".join(swept)
-        os.environ[store.SWEEP_URI_ENV] = client.tracking_uri
         log.info("MLflow: sweep run %s in experiment '%s' (id %s) at %s; run table: #/experiments/%s/runs",
                  run.info.run_id, config.mlflow.experiment, experiment_id, client.tracking_uri, experiment_id)
 

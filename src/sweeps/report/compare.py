@@ -14,8 +14,9 @@ from sweeps import names
 from sweeps.report.runs import Job
 
 # Params that say how a job was run, not what it measured; paths differ between machines.
+# device.index: which GPU of a machine (a pool slot) — the same GPU model measures the same thing.
 _BOOKKEEPING = ("repeat", "resume", "experiment", "log_every_s", "telemetry.interval_s", "telemetry.figure",
-                "dataset.root", "dataset.download", "dataset.if_missing")
+                "dataset.root", "dataset.download", "dataset.if_missing", "device.index")
 _BOOKKEEPING_PREFIXES = ("mlflow.", "checkpoint.")
 
 
@@ -72,7 +73,9 @@ def _label_keys(jobs: list[Job], by: list[str]) -> list[str]:
     """Params that tell the configurations apart, in command-line order: a sub-key (``model.hidden``)
     is left out where its group's value (``model=mlp``) already says it."""
     measured = [_measured(j, by) for j in jobs]
-    differ = [k for k in sorted({k for m in measured for k in m}) if len({m.get(k) for m in measured}) > 1]
+    # a param some runs lack (logged only by a newer sweeps) tells nothing apart: only the values
+    # of the runs that have it count, so older and newer runs of one configuration stay together
+    differ = [k for k in sorted({k for m in measured for k in m}) if len({m[k] for m in measured if k in m}) > 1]
 
     def implied(key: str) -> bool:
         head = key.split(".")[0]

@@ -109,11 +109,13 @@ def select_jobs(client: MlflowClient, selection: Selection) -> list[Job]:
     where = selection.filter_string()
     if selection.sweeps:
         runs = []
-        for sweep_id in selection.sweeps:
+        for sweep_id in dict.fromkeys(selection.sweeps):  # a sweep named twice counts once
             sweep = _sweep(client, sweep_id)
-            if sweep.info.experiment_id in exp_ids:
-                children = f"tags.`{names.PARENT_RUN_TAG}` = '{sweep_id}'"
-                runs += _search(client, [sweep.info.experiment_id], f"{children} and {where}" if where else children)
+            if sweep.info.experiment_id not in exp_ids:
+                raise LookupError(f"sweep {sweep_id} is in experiment id {sweep.info.experiment_id}, not in "
+                                  f"--experiment {', '.join(selection.experiments)}: drop one of the two")
+            children = f"tags.`{names.PARENT_RUN_TAG}` = '{sweep_id}'"
+            runs += _search(client, [sweep.info.experiment_id], f"{children} and {where}" if where else children)
     else:
         runs = _search(client, exp_ids, where) if exp_ids else []
     jobs = [job_from_run(r) for r in runs

@@ -2,8 +2,9 @@
 Dataset column) and as params: what was read, where from, how many examples, what shape.
 
 Each job logs two inputs, ``<dataset>/train`` (context ``train``) and ``<dataset>/test``
-(context ``eval``), in one ``log_inputs`` call when its run opens. Their digest is the data
-fingerprint (:mod:`sweeps.data.fingerprint`: the same files anywhere give the same digest), their
+(context ``eval``), in one ``log_inputs`` call when its run opens. Their digest hashes the data
+fingerprint (:mod:`sweeps.data.fingerprint`: the same files anywhere give the same digest; kept
+whole in the source) with the split, example count and shape actually used, their
 schema a tensor spec of one batch (``-1`` × the input shape, float32; targets int64 class
 indices or float32 values), their profile the example count. Files on disk are a ``local``
 source (the folder), data made from the config a ``code`` source naming its generator.
@@ -11,6 +12,7 @@ Torch-free: the caller passes plain values.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -56,7 +58,15 @@ def dataset(name: str, split: str, fingerprint: str, root: str | None, in_shape:
     else:
         source_type, source = "local", {"uri": str(Path(root).expanduser().resolve())}
     profile = {"num_rows": rows, "features_shape": [rows, *map(int, in_shape)]}
-    return Dataset(name=f"{name}/{split}", digest=fingerprint[:36], source_type=source_type,
+    # MLflow keeps one dataset row per (experiment, name, digest) and reuses its schema and profile:
+    # the digest covers what this job read of the data (subset size, shape, targets), not the files only;
+    # it starts with the fingerprint so the UI's "name (digest)" stays readable (36 characters at most)
+    digest = hashlib.sha256(json.dumps([fingerprint, split, rows, list(map(int, in_shape)), regression]).encode())
+    if source_type == "code":
+        source["tags"]["sweeps.fingerprint"] = fingerprint
+    else:
+        source["fingerprint"] = fingerprint
+    return Dataset(name=f"{name}/{split}", digest=f"{fingerprint[:27]}-{digest.hexdigest()[:8]}", source_type=source_type,
                    source=json.dumps(source), schema=json.dumps(schema), profile=json.dumps(profile))
 
 
