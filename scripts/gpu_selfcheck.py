@@ -8,7 +8,7 @@ the date. The checks (thresholds and why: ``scripts/selfcheck_checks.py``, ``sel
 
 - environment: the NVIDIA driver is new enough for torch's CUDA build; every CUDA device is found
   in NVML by its UUID (the telemetry and GPU-pool identity); the GPU's datasheet peak is known (MFU);
-  C compiler and Python headers for ``compile=true``;
+  the compilers inductor (C++) and Triton (C) run and Python headers, for ``compile=true``;
 - precision: TF32 really off under ``precision=fp32``, on under ``tf32``, off again after;
 - timing truth: a forward that sleeps 20 ms reads 20 ± 2 ms; Σ phases within 5 % of the epoch; a
   10-ms data delay shows in ``phase/data_ms``; host syncs per epoch do not grow with steps; the
@@ -48,7 +48,7 @@ def environment(gpus: int) -> list:
     from sweeps.train.flops import peak_flops
 
     missing = compiler_problem()
-    out = [row("env: C compiler and Python headers (compile=true)", not missing, missing or "found")]
+    out = [row("env: compilers and Python headers (compile=true)", not missing, missing or "found")]
     if not gpus:
         return out
     problem = driver_problem()

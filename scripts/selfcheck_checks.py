@@ -44,7 +44,8 @@ class SleepForward(nn.Module):
 
     def forward(self, x):
         if x.is_cuda:
-            torch.cuda._sleep(self.cycles)
+            with torch.cuda.device(x.device):  # on x's stream, where the trainer's events are (not cuda:0's)
+                torch.cuda._sleep(self.cycles)
         else:
             t = time.perf_counter()
             time.sleep(FORWARD_MS / 1e3)

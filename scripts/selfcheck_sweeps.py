@@ -25,12 +25,13 @@ def cli(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 18
 
 
 def jobs(cwd: Path) -> tuple[list, object]:
-    """(the job runs — children of the sweep — of the default store under ``cwd``, its client)."""
+    """(the job runs of the default store under ``cwd`` — a sweep's children, or a single run without
+    ``-m`` — not the sweep's parent run, its client)."""
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{cwd / 'mlruns' / 'mlflow.db'}")
     exp = client.get_experiment_by_name("sweeps")
-    return [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags], client
+    return [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("sweeps.kind") != "sweep"], client
 
 
 def _energy_vs_power(client, run) -> float | None:
@@ -90,6 +91,8 @@ def two_gpus() -> list:
     cwd = Path(tempfile.mkdtemp(prefix="selfcheck-2gpu-"))
     tiny = ["model=cnn10", "dataset=synthetic", "dataset.shape=[3,32,32]", "dataset.train_size=4096",
             "dataset.test_size=256", "epochs=2", "telemetry.figure=false"]
+    for sub in ("pool", "ddp", "oom"):  # each command's own ./mlruns
+        (cwd / sub).mkdir()
     proc = cli(["-m", "hydra/launcher=gpu_pool", "hydra.launcher.n_jobs=2", "batch=64,128,256,512",
                        "device=cuda", *tiny], cwd / "pool")
     runs = jobs(cwd / "pool")[0] if proc.returncode == 0 else []

@@ -4,6 +4,7 @@ initialised), faked at the hardware boundary where only a GPU can (torch.cuda fu
 tests/fake_nvml.py, CUDA error texts); ``@pytest.mark.gpu`` tests for what only hardware shows."""
 from __future__ import annotations
 
+import json
 import time
 from types import SimpleNamespace
 
@@ -19,7 +20,7 @@ from sweeps.data.datasets import DataSpec, PinnedTensorBatches, pinned
 from sweeps.data.loaders import TensorBatches
 from sweeps.errors import DeviceUnavailable, UsageError
 from sweeps.launch import device as device_mod
-from sweeps.launch import gpu_pool, outcome, rank
+from sweeps.launch import ddp, gpu_pool, outcome, rank
 from sweeps.launch.job import JobRun
 from sweeps.tasks import inference
 from sweeps.telemetry import nvml as telemetry_nvml
@@ -35,8 +36,9 @@ TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.test_size=8", "ep
 
 @pytest.fixture
 def lost_context(monkeypatch):
-    """This process's CUDA context as the test leaves it: restored afterwards."""
+    """This process's CUDA context as the test leaves it (lost or not, the GPUs it is on): restored afterwards."""
     monkeypatch.setattr(memory, "cuda_lost", "")
+    monkeypatch.setattr(device_mod, "_contexts", set())
 
 
 def _fake_gpus(monkeypatch, n: int, names=None) -> None:
@@ -156,7 +158,8 @@ def pool(monkeypatch, tmp_path):
     locks = tmp_path / "locks"
     locks.mkdir()
     monkeypatch.setattr(gpu_pool, "lock_dir", lambda: locks)
-    monkeypatch.setattr(gpu_pool, "_affinity", None)
+    monkeypatch.setattr(device_mod, "_contexts", set())  # no CUDA context made yet
+    monkeypatch.setattr(gpu_pool, "POLL_S", 0.01)
     _fake_gpus(monkeypatch, 3)
     monkeypatch.setattr(gpu_pool, "gpu_keys", lambda: ["GPU-a", "GPU-b", "GPU-c"])
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
@@ -177,7 +180,7 @@ def test_pool_locks_gpus_by_uuid_and_logs_the_pinned_index(in_process, monkeypat
     assert run.data.params["device.index"] == "1"
 
 
-def test_a_ddp_job_holds_its_gpus_and_a_worker_keeps_to_its_gpu(monkeypatch, pool):
+def test_a_ddp_job_holds_its_gpus(monkeypatch, pool):
     monkeypatch.setenv(gpu_pool.POOL_ENV, "2")
     ddp_cfg = OmegaConf.create({"name": "ddp", "gpus": 2, "backend": "nccl", "timeout_s": 10})
     other = pool("GPU-b")
@@ -187,17 +190,61 @@ def test_a_ddp_job_holds_its_gpus_and_a_worker_keeps_to_its_gpu(monkeypatch, poo
         with pytest.raises(TimeoutError):  # nobody else gets them meanwhile
             gpu_pool.acquire_many(["GPU-a", "GPU-c"], 1, "gpu-", timeout_s=0.1)
     assert gpu_pool.held() == []
-    # a reused worker that made its CUDA context on GPU-c waits for GPU-c, not the free GPU-a
+    other.release()
+
+
+def _no_waiting_for_ever(monkeypatch) -> None:
+    """A claim that would wait (for a lock this test holds) fails within 0.3 s instead."""
+    real = gpu_pool.acquire_many
+    monkeypatch.setattr(gpu_pool, "acquire_many", lambda *a, **k: real(*a, **{**k, "timeout_s": 0.3}))
+
+
+def test_cuda_initialised_without_a_context_ties_a_worker_to_no_gpu(monkeypatch, pool):
+    """gpu_keys asks CUDA for the GPUs' UUIDs, which initialises CUDA (torch.cuda.is_initialized()
+    is then True) but makes no context: a job that never got to make one (it failed before its
+    device was resolved) leaves its worker free to take any GPU. Before, the worker waited for
+    GPU-a while GPU-b and GPU-c idled."""
+    monkeypatch.setenv(gpu_pool.POOL_ENV, "2")
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    _no_waiting_for_ever(monkeypatch)
     one = OmegaConf.create({"name": "cuda", "index": 0})
-    a = pool("GPU-a")
-    a.acquire()
+    with gpu_pool.claim(one):
+        assert one.index == 0
+    other = pool("GPU-a")
+    other.acquire()
+    try:
+        with gpu_pool.claim(one):
+            assert one.index == 1 and gpu_pool.held() == ["GPU-b"]
+    finally:
+        other.release()
+
+
+def test_a_worker_prefers_the_gpus_it_made_contexts_on_but_never_waits_beside_a_free_gpu(monkeypatch, pool,
+                                                                                          lost_context):
+    """A reused worker's job made its CUDA context on GPU-c (resolve_device): its later jobs take
+    GPU-c when it is free, even with GPU-a free too; when GPU-c is busy, a free GPU (a second
+    context) rather than a wait while that GPU idles; then both are its preferred GPUs."""
+    monkeypatch.setenv(gpu_pool.POOL_ENV, "2")
+    _no_waiting_for_ever(monkeypatch)
+    one = OmegaConf.create({"name": "cuda", "index": 0})
+    a, b, c = pool("GPU-a"), pool("GPU-b"), pool("GPU-c")
+    a.acquire(), b.acquire()
+    with gpu_pool.claim(one):
+        assert device_mod.resolve_device(one) == torch.device("cuda", 2)  # its context: on GPU-c
+    a.release(), b.release()
     with gpu_pool.claim(one):
         assert one.index == 2
-    a.release()
-    other.release()
-    with gpu_pool.claim(one):
-        assert one.index == 2 and gpu_pool.held() == ["GPU-c"]
+    c.acquire()
+    try:
+        with gpu_pool.claim(one):
+            assert one.index == 0
+            device_mod.resolve_device(one)  # a second context, on GPU-a
+        with gpu_pool.claim(one):
+            assert one.index == 0  # GPU-a, where it has a context, before GPU-b
+    finally:
+        c.release()
+    with gpu_pool.claim(one):  # ordered by GPU: both are its own
+        assert one.index == 0
 
 
 # 4. DDP telemetry over every GPU of the job ----------------------------------------------------
@@ -279,6 +326,35 @@ def test_a_sticky_cuda_error_ends_later_cuda_jobs_with_one_line(in_process, monk
     assert "\n" not in line
 
 
+def test_a_ranks_sticky_cuda_error_leaves_the_job_processs_cuda_alone(in_process, monkeypatch, lost_context,
+                                                                     tmp_path):
+    """A data-parallel rank (another process) hit an illegal memory access: the job ends error
+    naming the rank, and this process, whose CUDA the ranks never touched, still runs its later
+    CUDA jobs (before: every later one-GPU job of the process ended unavailable)."""
+    work = tmp_path / "ranks"
+    work.mkdir()
+    (work / "rank1.json").write_text(json.dumps({
+        "rank": 1, "kind": "error", "type": "AcceleratorError", "time": 1.0,
+        "text": "CUDA error: an illegal memory access was encountered"}))
+
+    def launch(job, journal):  # what ddp.launch raises once the ranks have ended
+        raise ddp.first_failure(work, RuntimeError("child failed"))
+
+    monkeypatch.setattr(ddp, "launch", launch)
+    assert in_process(["model=mlp", *TINY, "dataset.train_size=16", "device=ddp", "device.backend=gloo"]) == "error"
+    assert memory.cuda_lost == ""
+    _fake_gpus(monkeypatch, 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    assert in_process(["model=mlp", *TINY, "dataset.train_size=16", "device=cuda"]) == "error"  # no real GPU here
+    first, second = runs(tmp_path)
+    line = first.data.tags["error"]
+    assert "AcceleratorError on rank 1: CUDA error: an illegal memory access" in line and "context is lost" not in line
+    assert "sticky" not in second.data.tags["error"]
+    kind, line = outcome.classify(ddp.first_failure(tmp_path / "none", RuntimeError("rank 1 died: CUDA error: "
+                                                                                     "unspecified launch failure")))
+    assert kind == "error" and memory.cuda_lost == ""
+
+
 def test_mig_instances_are_told_apart(monkeypatch):
     mig = "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
     _fake_gpus(monkeypatch, 2, names=[mig, mig])
@@ -302,14 +378,53 @@ def test_a_driver_too_old_for_the_wheel_is_one_line(monkeypatch):
     for name in ("auto", "cuda"):  # auto would have trained on the CPU of a GPU machine, silently
         with pytest.raises(DeviceUnavailable, match="needs NVIDIA driver >= 580"):
             device_mod.resolve_device(OmegaConf.create({"name": name, "index": 0}))
+    ddp_cfg = {"name": "ddp", "gpus": 2, "timeout_s": 10}
+    for backend in ("auto", "nccl"):  # would run on the GPUs: the driver is why they cannot
+        with pytest.raises(DeviceUnavailable, match="needs NVIDIA driver >= 580"):
+            device_mod.resolve_device(OmegaConf.create({**ddp_cfg, "backend": backend}))
+    # the CPU needs no driver: a DDP job on gloo (and device=cpu) runs on this machine
+    assert device_mod.resolve_device(OmegaConf.create({**ddp_cfg, "backend": "gloo"})) == torch.device("cpu")
+    assert device_mod.resolve_device(OmegaConf.create({"name": "cpu"})) == torch.device("cpu")
 
 
 def test_compile_without_a_c_compiler_stops_with_one_line(in_process, monkeypatch):
     monkeypatch.setattr(device_mod.shutil, "which", lambda name: None)
     monkeypatch.delenv("CC", raising=False)
+    monkeypatch.delenv("CXX", raising=False)
     with pytest.raises(UsageError) as e:
         in_process(["model=mlp", *TINY, "dataset.train_size=16", "device=cpu", "compile=true"])
-    assert "compile=true" in str(e.value) and "C compiler" in str(e.value) and "\n" not in str(e.value)
+    assert "compile=true" in str(e.value) and "C++ compiler" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_compile_checks_the_compilers_inductor_and_triton_run(monkeypatch):
+    """CPU jobs: inductor builds C++ kernels with $CXX (split like a shell: ``ccache g++``), else
+    g++; CUDA jobs: Triton builds its launcher with $CC (run as one program name), else gcc or
+    clang. A machine with gcc alone (``cc`` too) cannot compile a CPU job."""
+    on_path = {"cc", "gcc", "ccache"}
+    monkeypatch.setattr(device_mod.shutil, "which", lambda name: f"/usr/bin/{name}" if name in on_path else None)
+    for var in ("CC", "CXX", COMPILE_BACKEND_ENV):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cpu = OmegaConf.create({"compile": True, "device": {"name": "cpu"}})
+    gloo = OmegaConf.create({"compile": True, "device": {"name": "ddp", "gpus": 2, "backend": "gloo"}})
+    for cfg in (cpu, gloo):
+        with pytest.raises(UsageError, match=r"C\+\+ compiler \(\$CXX unset: g\+\+ is not on PATH\)"):
+            device_mod.preflight(cfg)
+    assert device_mod.compiler_problem(cpu=False, cuda=True) == ""  # gcc: Triton has its C compiler
+    monkeypatch.setenv("CXX", "ccache g++")  # a command with arguments: its first word is the program
+    device_mod.preflight(cpu)
+    monkeypatch.setenv("CXX", "distcc g++")
+    assert "C++ compiler ($CXX='distcc g++': distcc is not on PATH)" in device_mod.compiler_problem(cpu=True)
+    monkeypatch.setenv("CC", "ccache gcc")  # Triton runs $CC as one program name
+    assert "$CC='ccache gcc'" in device_mod.compiler_problem(cpu=False, cuda=True)
+    monkeypatch.setenv("CC", "gcc")
+    assert device_mod.compiler_problem(cpu=False, cuda=True) == ""
+    _fake_gpus(monkeypatch, 1)  # a GPU job needs Triton's C compiler, not a C++ one
+    monkeypatch.delenv("CC")
+    on_path.discard("gcc")
+    for name in ("cuda", "auto"):
+        with pytest.raises(UsageError, match=r"a C compiler for Triton \(\$CC unset: neither gcc nor clang"):
+            device_mod.preflight(OmegaConf.create({"compile": True, "device": {"name": name, "index": 0}}))
 
 
 def test_sticky_errors_are_recognised(lost_context):

@@ -144,6 +144,24 @@ def test_a_job_that_raises_or_runs_out_of_memory_in_slurm(started, tmp_path):
     assert all(r.data.tags.get("slurm.job_id") for r in by_model.values())
 
 
+def test_bad_input_found_in_a_slurm_job_ends_that_job_alone(started, tmp_path):
+    # epochs=0 composes in the sweep's process; the job's own validate() rejects it on the node
+    proc = run_cli(["-m", "hydra/launcher=slurm", "model=mlp", "epochs=2,0",
+                    *[a for a in TINY if not a.startswith("epochs=")]], tmp_path, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # an errored job, not the sweep's bad input (2)
+    parents = [r for r in runs(tmp_path) if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1  # not deleted by the job's process
+    parent = parents[0]
+    assert parent.info.status == "FINISHED" and "sweeps.stopped" not in parent.data.tags
+    children = _children(tmp_path)
+    assert [(r.data.params["epochs"], r.data.tags["outcome"]) for r in children] == [("2", "ok")]
+    errors = {k: v for k, v in parent.data.tags.items() if k.startswith("slurm.error.")}
+    assert len(errors) == 1 and "epochs=0 is not valid" in next(iter(errors.values())), parent.data.tags
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("sweeps: error: Slurm job")]
+    assert len(line) == 1 and "epochs=0" in line[0] and "is not valid" in line[0], proc.stderr[-3000:]
+    assert "killed" not in proc.stdout and "1 job(s): 1 ok" in proc.stdout
+
+
 def test_a_time_limit_requeues_and_resumes_in_the_same_run(requeue_sweep):
     proc, cwd = requeue_sweep
     out, err = proc.communicate(timeout=600)
@@ -219,3 +237,137 @@ def test_sigusr2_checkpoints_at_the_epoch_end_or_gives_up_after_the_grace(tmp_pa
         slurm._Job.asked_at, slurm._Job.timer, slurm._Job.epoch_end = None, None, False
         for s, handler in saved.items():
             signal.signal(s, handler)
+
+
+def test_the_grace_after_sigusr2_leaves_time_to_close_and_requeue():
+    from sweeps.launch import slurm
+
+    assert slurm.grace_s(120) == 75 and slurm.grace_s(300) == 255  # 45 s kept for fsync, closing, requeue
+    assert slurm.grace_s(10) == 5  # a short delay (the 1-minute-limit test): half of it
+
+
+def test_squeue_states_a_job_does_not_leave_end_the_wait(monkeypatch):
+    from sweeps.launch import slurm_launcher
+
+    states = {"1_0": "PREEMPTED", "1_1": "SPECIAL_EXIT", "1_2": "REVOKED", "1_3": "RUNNING", "1_4": "REQUEUED",
+              "1_5": "PENDING"}
+    out = "".join(f"{j}|{s}|n1\n" for j, s in states.items())
+    monkeypatch.setattr(slurm_launcher.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=out, stderr=""))
+    watcher = slurm_launcher._squeue_watcher()
+    for job_id in states:
+        watcher.register_job(job_id)
+    watcher.update()
+    assert {j for j in states if watcher.is_done(j, mode="cache")} == {"1_0", "1_1", "1_2"}
+
+
+class _FakeJob:
+    def __init__(self, job_id: str, result=None, raises: Exception | None = None):
+        self.job_id, self.state, self._result, self._raises = job_id, "COMPLETED", result, raises
+
+    def results(self):
+        if self._raises is not None:
+            raise self._raises
+        return [self._result]
+
+
+def _slurm_launcher(overrides: list[str]):
+    """The sweeps Slurm launcher as Hydra sets it up in a sweep's process (the real config loader)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.utils import setup_globals
+    from hydra.types import HydraContext, RunMode
+    from hydra import initialize_config_dir
+    from hydra._internal.callbacks import Callbacks
+    from omegaconf import OmegaConf
+
+    import sweeps.config
+    from sweeps.launch.slurm_launcher import SlurmLauncher
+
+    sweeps.config.register()
+    setup_globals()
+    with initialize_config_dir(version_base="1.3", config_dir=str(sweeps.config.CONF_DIR)):
+        loader = GlobalHydra.instance().config_loader()
+        config = loader.load_configuration("config", overrides=["hydra/launcher=slurm", *overrides],
+                                           run_mode=RunMode.MULTIRUN)
+    params = OmegaConf.to_container(config.hydra.launcher, resolve=True)
+    params.pop("_target_")
+    launcher = SlurmLauncher(**params)
+    launcher.setup(hydra_context=HydraContext(config_loader=loader, callbacks=Callbacks()), task_function=None,
+                   config=config)
+    return launcher
+
+
+def test_each_slurm_job_gets_the_gpus_of_its_own_device(monkeypatch, tmp_path):
+    import submitit
+    from hydra.core.utils import JobReturn, JobStatus
+    from submitit.slurm.slurm import SlurmJob
+
+    from sweeps.launch import slurm_launcher
+
+    monkeypatch.setattr(SlurmJob, "watcher", SlurmJob.watcher)  # launch() replaces it: restored after
+    asked = []
+    monkeypatch.setattr(slurm_launcher, "partition_has_gpus", lambda partition: asked.append(partition) or False)
+    submitted = []  # (gpus_per_node, [overrides of each job]) per array
+
+    class FakeExecutor:
+        def __init__(self, **kwargs):
+            self.parameters = {}
+
+        def update_parameters(self, **kwargs):
+            self.parameters.update(kwargs)
+
+        def map_array(self, fn, overrides, *rest):
+            submitted.append((self.parameters["gpus_per_node"], [list(o) for o in overrides]))
+            out = []
+            for o in overrides:
+                ret = JobReturn(overrides=list(o), status=JobStatus.COMPLETED)
+                ret.return_value = "ok"
+                out.append(_FakeJob(f"{len(submitted)}_{len(out)}", ret))
+            return out
+
+    monkeypatch.setattr(submitit, "AutoExecutor", FakeExecutor)
+    nccl = "device.backend=nccl"
+    sweep = [["device=cpu"], ["device=cuda"], ["device=ddp", "device.gpus=2", nccl], ["device=cuda", "seed=1"],
+             ["device=ddp", "device.gpus=4", nccl], ["device=auto"], ["device=ddp", "device.gpus=2", "device.backend=gloo"]]
+    launcher = _slurm_launcher([f"hydra.sweep.dir={tmp_path}", f"hydra.launcher.submitit_folder={tmp_path}/.submitit"])
+    results = launcher.launch(sweep, initial_job_idx=0)
+    assert [r.overrides for r in results] == sweep and all(r.return_value == "ok" for r in results)  # sweep order
+    assert submitted == [(None, [["device=cpu"], ["device=auto"], ["device=ddp", "device.gpus=2", "device.backend=gloo"]]),
+                         (1, [["device=cuda"], ["device=cuda", "seed=1"]]),
+                         (2, [["device=ddp", "device.gpus=2", nccl]]), (4, [["device=ddp", "device.gpus=4", nccl]])]
+    assert asked == ["debug"]  # sinfo once, for device=auto (the partition of the preset)
+
+    submitted.clear()  # the launcher's own request serves every job: one array
+    launcher.params["gpus_per_node"] = 1
+    launcher.launch(sweep[:3], initial_job_idx=0)
+    assert submitted == [(1, sweep[:3])]
+
+
+def test_a_slurm_job_that_raised_is_an_error_one_that_came_back_empty_is_killed(monkeypatch, capsys):
+    from hydra.core.utils import JobReturn, JobStatus
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    from sweeps.errors import DataUnavailable
+    from sweeps.launch import outcome, slurm_launcher
+
+    lost = []
+    monkeypatch.setattr(slurm_launcher, "_close_lost_run", lambda job_id, state: lost.append(job_id))
+    monkeypatch.delenv("SWEEPS_PARENT_RUN_ID", raising=False)
+    monkeypatch.setattr(outcome, "_counts", outcome.Counter())
+    usage = JobReturn(overrides=["dataset=cifar10"], status=JobStatus.FAILED)
+    usage.return_value = DataUnavailable("cifar10 is not under dataset.root=/data (/data) and download=false")
+    trace = "Job (task=0) failed during processing with trace:\n----------------------\n{}\n----------------------\n"
+    crash = FailedJobError(trace.format("Traceback (most recent call last):\n  ...\nRuntimeError: composition failed"))
+    used_up = FailedJobError(trace.format("Traceback:\nsubmitit.core.utils.UncompletedJobError: Job not requeued "
+                                          "because: timed-out too many times."))
+    empty = UncompletedJobError("Job 4_3 (task: 0) with path ... has not produced any output (state: CANCELLED)")
+    assert outcome.exit_status() == 0
+    got = [slurm_launcher._result(_FakeJob("4_0", usage), ["a=1"]).return_value,
+           slurm_launcher._result(_FakeJob("4_1", raises=crash), ["a=2"]).return_value,
+           slurm_launcher._result(_FakeJob("4_2", raises=used_up), ["a=3"]).return_value,
+           slurm_launcher._result(_FakeJob("4_3", raises=empty), ["a=4"]).return_value]
+    assert got == ["error", "error", "killed", "killed"] and lost == ["4_2", "4_3"]
+    assert outcome.exit_status() == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["sweeps: error: Slurm job 4_0 (a=1): cifar10 is not under dataset.root=/data (/data) and download=false",
+                   "sweeps: error: Slurm job 4_1 (a=2): RuntimeError: composition failed"]

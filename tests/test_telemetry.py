@@ -8,6 +8,7 @@ import io
 import json
 import time
 
+import psutil
 import pynvml
 import pytest
 import torch
@@ -270,3 +271,42 @@ def test_epochs_shorter_than_the_edge_gap_skip_their_edge_samples_and_energy():
     assert [w.exact for w in tel.windows] == [True, False, True]
     assert sum(1 for r in tel.rows if r[3] in ("epoch_start", "epoch_end")) == 4
     assert "energy/train_j" not in tel.summary(100) and "energy/total_j" in tel.summary(100)
+
+
+def test_the_machine_cpu_pct_of_a_sample_spans_the_time_since_the_previous_row_on_any_thread(monkeypatch):
+    """psutil.cpu_percent(None) keeps its reference point per thread (psutil 5.9+: a dict keyed by
+    thread id), and samples are taken on the main thread (start, epoch edges) and on the sampler's
+    thread: the sampler keeps its own previous cpu_times, so each row's machine-wide CPU % covers
+    exactly the gap to the row before it, the span the ``rate`` mean weights it by. cpu_times is
+    scripted (Linux: guest time is already counted in user, iowait is not busy)."""
+    if "guest" not in type(psutil.cpu_times())._fields:
+        pytest.skip("psutil's Linux CPU times")
+    import threading
+
+    Times = type(psutil.cpu_times())  # this platform's fields
+
+    def at(**seconds):
+        return Times(**{f: float(seconds.get(f, 0)) for f in Times._fields})
+
+    script = [at(),  # start
+              at(user=1, idle=2, iowait=1),  # thread: 1 busy of 4 → 25 %
+              at(user=4, idle=3, iowait=1, guest=1),  # main: 3 of 4 (user 3, of which guest 1) → 75 %
+              at(user=4, system=2, idle=5, iowait=1, guest=1),  # thread: 2 of 4 → 50 %
+              at(user=4, system=2, idle=5, iowait=1, guest=1)]  # main: nothing elapsed → 0 %
+    calls = []
+    monkeypatch.setattr(psutil, "cpu_times",
+                        lambda percpu=False: calls.append(1) or script[min(len(calls), len(script)) - 1])
+
+    def on_thread():
+        t = threading.Thread(target=tel.sample)
+        t.start()
+        t.join()
+
+    tel = Telemetry(1000).start()
+    on_thread()
+    tel.sample()
+    on_thread()
+    tel.sample()
+    tel.stop()
+    col = tel.columns.index("sys_cpu_pct")
+    assert [r[col] for r in tel.rows[:5]] == [None, 25.0, 75.0, 50.0, 0.0]

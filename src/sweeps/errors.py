@@ -17,6 +17,12 @@ class DeviceUnavailable(Exception):
     """The requested device does not exist here; the job ends with ``outcome=unavailable``."""
 
 
+class RankFailed(RuntimeError):
+    """A data-parallel rank (another process) failed, or died without saying why: raised in the job
+    process by :func:`sweeps.launch.ddp.first_failure`, its text the rank's own error. A CUDA error
+    in that text, sticky or not, happened in the rank's process: the job process's CUDA is fine."""
+
+
 class Diverged(Exception):
     """The training loss became NaN or infinite; the job ends with ``outcome=diverged``."""
 

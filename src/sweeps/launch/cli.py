@@ -18,10 +18,17 @@ config.register()
 
 @hydra.main(version_base="1.3", config_path=str(config.CONF_DIR), config_name="config")
 def main(cfg: DictConfig) -> str:
-    """Hydra's task function: one job. Bad input stops the whole sweep with one line."""
+    """Hydra's task function: one job. Bad input stops the whole sweep with one line — except in a
+    Slurm job, where it ends that job alone: the sweep's process records it ``error`` and keeps its
+    parent run (:mod:`sweeps.launch.slurm_launcher`)."""
     try:
         return job.run(cfg)
     except UsageError as e:
+        from sweeps.launch import slurm
+
+        if slurm.in_job():  # sweep.stop here would close the sweep's parent run from a job's process
+            print(f"sweeps: error: {e}", file=sys.stderr, flush=True)
+            raise
         sweep.stop(e)
 
 

@@ -15,7 +15,8 @@ shared permutation per epoch, gradients averaged, records gathered once per epoc
 - A rank that fails writes one JSON line per failure and exits; the agent (polling every
   :data:`MONITOR_S`) stops the other ranks at once; this module raises the earliest failure as
   what a one-device job would have raised: :class:`torch.OutOfMemoryError` (``oom``),
-  :class:`~sweeps.errors.Diverged`, :class:`RuntimeError` naming the rank (``error``).
+  :class:`~sweeps.errors.Diverged`, :class:`~sweeps.errors.RankFailed` naming the rank (``error``;
+  a sticky CUDA error in its text lost that rank's context, not the job process's).
   ``device.timeout_s`` bounds the rendezvous and every collective: the last resort of a hang.
 - Under the GPU pool (:mod:`sweeps.launch.gpu_pool`) the job holds ``device.gpus`` GPUs and the
   ranks are started with ``CUDA_VISIBLE_DEVICES`` set to their UUIDs, so rank r runs on the
@@ -39,7 +40,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from sweeps.errors import DeviceUnavailable, Diverged, Terminated
+from sweeps.errors import DeviceUnavailable, Diverged, RankFailed, Terminated
 from sweeps.launch import gpu_pool
 from sweeps.launch import rank as rank_process
 from sweeps.tracking import store
@@ -86,7 +87,7 @@ def launch(job, journal: Path) -> None:
     Raises:
         torch.OutOfMemoryError: a rank ran out of memory first (the message names the rank).
         Diverged: the training loss became non-finite (all ranks agree on it).
-        RuntimeError: a rank failed otherwise, or died without saying why (killed, crashed).
+        RankFailed: a rank failed otherwise, or died without saying why (killed, crashed).
         Terminated, KeyboardInterrupt: the job process got SIGTERM / SIGINT.
     """
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
@@ -157,10 +158,10 @@ def first_failure(work_dir: Path, exc: Exception) -> Exception:
     if not reports:  # killed (OOM killer, SIGKILL) or crashed before it could say why
         failures = getattr(exc, "failures", {})
         if not failures:
-            return RuntimeError(f"a data-parallel rank failed: {(str(exc).strip() or repr(exc)).splitlines()[0]}")
+            return RankFailed(f"a data-parallel rank failed: {(str(exc).strip() or repr(exc)).splitlines()[0]}")
         rank, failure = exc.get_first_failure()
         how = f"signal {failure.signal_name()}" if failure.exitcode < 0 else f"exit status {failure.exitcode}"
-        return RuntimeError(f"data-parallel rank {rank} died ({how}) without reporting an error")
+        return RankFailed(f"data-parallel rank {rank} died ({how}) without reporting an error")
     first = min(reports, key=lambda r: (r["time"], r["kind"] != "oom"))
     if first["kind"] == "oom":
         return torch.OutOfMemoryError(f"{first['text']} (rank {first['rank']})")
@@ -168,7 +169,7 @@ def first_failure(work_dir: Path, exc: Exception) -> Exception:
         return Diverged(first["text"])
     if first["kind"] == "unavailable":
         return DeviceUnavailable(first["text"])
-    return RuntimeError(f"{first['type']} on rank {first['rank']}: {first['text']}")
+    return RankFailed(f"{first['type']} on rank {first['rank']}: {first['text']}")
 
 
 def _log_setup() -> tuple[str, list]:

@@ -3,17 +3,21 @@ checks that turn a machine that cannot run a job into one line instead of a deep
 
 - the NVIDIA driver against the CUDA major version torch was built for (a too-old driver makes
   ``torch.cuda.is_available()`` False with a warning, so ``device=auto`` would silently train on
-  the CPU of a GPU machine): ``outcome=unavailable`` naming both versions;
-- ``compile=true`` with the inductor backend needs a C compiler and the Python headers (inductor
-  builds C++ kernels and Triton its launcher against ``Python.h``): :func:`preflight` stops the
-  sweep with a :class:`~sweeps.errors.UsageError` before any job runs;
+  the CPU of a GPU machine): ``outcome=unavailable`` naming both versions — for jobs that would
+  use CUDA only (:func:`uses_cuda`: not ``device=cpu``, not ``device=ddp`` on Gloo);
+- ``compile=true`` with the inductor backend needs, on the CPU, a C++ compiler (inductor's C++
+  kernels: ``$CXX``, else ``g++``), on CUDA a C compiler (Triton's launcher: ``$CC``, else ``gcc``
+  or ``clang``), and the Python headers (``Python.h``): :func:`preflight` stops the sweep with a
+  :class:`~sweeps.errors.UsageError` before any job runs;
 - a process whose CUDA context a sticky error has lost runs no more CUDA jobs
   (:mod:`sweeps.launch.outcome`).
 """
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -27,7 +31,14 @@ from sweeps.train import memory
 # Notes, table "CUDA Toolkit and Minimum Required Driver Version for CUDA Minor Version
 # Compatibility": CUDA 13.x >= 580, 12.x >= 525.60.13, 11.x >= 450.80.02).
 MIN_DRIVER = {13: (580,), 12: (525, 60, 13), 11: (450, 80, 2)}
-COMPILERS = ("cc", "gcc", "clang")  # what inductor's C++ builder and Triton look for when $CC is unset
+# What compile=true runs (torch 2.x, Triton 3.x, as their sources read): inductor's CPU kernels are
+# C++, built by $CXX split like a shell command ("ccache g++" runs ccache), else g++ (clang++ on
+# macOS; torch._inductor.config.cpp.cxx); Triton (CUDA) builds its launcher with $CC, run as one
+# program name (no arguments), else gcc, else clang (triton.runtime.build._find_compiler).
+CXX_DEFAULT = "clang++" if sys.platform == "darwin" else "g++"
+CC_DEFAULTS = ("gcc", "clang")
+
+_contexts: set[int] = set()  # CUDA indices (this process's numbering) where resolve_device made a context
 
 
 def driver_problem(nvml=None, cuda: str | None = None) -> str:
@@ -57,12 +68,27 @@ def driver_problem(nvml=None, cuda: str | None = None) -> str:
             f"torch wheel for an older CUDA (https://pytorch.org/get-started/locally/)")
 
 
-def compiler_problem() -> str:
-    """What inductor (``compile=true``) lacks here: a C compiler, the Python headers ("" when neither)."""
+def compiler_problem(cpu: bool = True, cuda: bool | None = None) -> str:
+    """What ``compile=true`` (inductor) lacks here ("" when nothing): for ``cpu`` jobs a C++
+    compiler, for ``cuda`` jobs (default: where CUDA is available) Triton's C compiler, and the
+    Python headers (see :data:`CXX_DEFAULT`)."""
     missing = []
-    cc = os.environ.get("CC")
-    if not (shutil.which(cc) if cc else any(shutil.which(c) for c in COMPILERS)):
-        missing.append(f"a C compiler (${'CC=' + cc if cc else 'CC unset'}; none of {', '.join(COMPILERS)} on PATH)")
+    if cpu:
+        cxx = os.environ.get("CXX")
+        try:
+            program = shlex.split(cxx)[0] if cxx else CXX_DEFAULT
+        except (ValueError, IndexError):  # unbalanced quotes, blank
+            program = ""
+        if not (program and shutil.which(program)):
+            why = f"$CXX={cxx!r}: {program or 'no program'}" if cxx else f"$CXX unset: {CXX_DEFAULT}"
+            missing.append(f"a C++ compiler ({why} is not on PATH)")
+    if cuda if cuda is not None else torch.cuda.is_available():
+        cc = os.environ.get("CC")
+        if cc and not shutil.which(cc):
+            missing.append(f"a C compiler for Triton ($CC={cc!r} is not a program on PATH: Triton runs $CC "
+                           f"as one program name, without arguments)")
+        elif not cc and not any(shutil.which(c) for c in CC_DEFAULTS):
+            missing.append(f"a C compiler for Triton ($CC unset: neither {' nor '.join(CC_DEFAULTS)} is on PATH)")
     include = sysconfig.get_paths().get("include") or ""
     if not (Path(include) / "Python.h").is_file():
         missing.append(f"the Python headers ({include}/Python.h)")
@@ -73,14 +99,34 @@ def preflight(cfg: DictConfig) -> None:
     """Checks of the machine that fail every job alike, before any job runs.
 
     Raises:
-        UsageError: ``compile=true`` with the inductor backend where no C compiler or no Python
-            headers are installed.
+        UsageError: ``compile=true`` with the inductor backend where the compiler its jobs need
+            (:func:`compiler_problem`) or the Python headers are not installed.
     """
     from sweeps.train.builder import compile_backend
 
-    if cfg.get("compile") and compile_backend() == "inductor" and (missing := compiler_problem()):
+    if not cfg.get("compile") or compile_backend() != "inductor":
+        return
+    cuda = uses_cuda(cfg.device) and torch.cuda.is_available()
+    cpu = not cuda and cfg.device.name != "cuda"  # device=cuda without CUDA: unavailable, it compiles nothing
+    if missing := compiler_problem(cpu=cpu, cuda=cuda):
         raise UsageError(f"compile=true: torch.compile's inductor backend needs {missing}; install them "
                          f"(Debian/Ubuntu: apt install build-essential python3-dev) or set compile=false")
+
+
+def uses_cuda(cfg: DictConfig) -> bool:
+    """Whether a job on device config ``cfg`` runs on CUDA where CUDA works: all but ``device=cpu``
+    and ``device=ddp`` with ``device.backend=gloo`` (``auto`` backends and devices count: they would)."""
+    if cfg.name == "cpu":
+        return False
+    return cfg.name != "ddp" or cfg.get("backend", "auto") != "gloo"
+
+
+def contexts() -> set[int]:
+    """CUDA devices (indices, this process's numbering) on which :func:`resolve_device` made this
+    process's CUDA context (``torch.cuda.set_device``, which creates it): it lives as long as the
+    process. Initialising CUDA alone (device count, properties: :func:`sweeps.launch.gpu_pool.gpu_keys`)
+    makes none."""
+    return set(_contexts)
 
 
 def resolve_device(cfg: DictConfig) -> torch.device:
@@ -93,9 +139,9 @@ def resolve_device(cfg: DictConfig) -> torch.device:
             driver is too old for torch's CUDA (``auto`` too), or a sticky error lost this
             process's CUDA context.
     """
-    if cfg.name == "cpu":
+    if not uses_cuda(cfg):  # device=cpu, ddp on Gloo: the CPU needs no driver
         return torch.device("cpu")
-    if not torch.cuda.is_available() and (problem := driver_problem()):
+    if not torch.cuda.is_available() and (problem := driver_problem()):  # ddp: auto/nccl would use the GPUs
         raise DeviceUnavailable(problem)
     if cfg.name == "auto" and not torch.cuda.is_available():
         return torch.device("cpu")
@@ -112,7 +158,8 @@ def resolve_device(cfg: DictConfig) -> torch.device:
     if not 0 <= cfg.index < torch.cuda.device_count():
         raise DeviceUnavailable(f"device.index={cfg.index} but this machine has "
                                 f"{torch.cuda.device_count()} CUDA device(s): use 0..{torch.cuda.device_count() - 1}")
-    torch.cuda.set_device(cfg.index)
+    torch.cuda.set_device(cfg.index)  # CUDA >= 12: makes the primary context on that GPU at once
+    _contexts.add(int(cfg.index))
     return torch.device("cuda", cfg.index)
 
 

@@ -11,9 +11,10 @@ its slots while it runs:
   free one). A one-GPU job's ``device.index`` becomes its slot before its run is opened (the
   logged ``device.index`` is the GPU it ran on); a ``device=ddp`` job (NCCL) holds
   ``device.gpus`` GPUs at once and its ranks see only those (``CUDA_VISIBLE_DEVICES``);
-- a joblib worker is reused for later jobs and keeps the CUDA context its first GPU job made
-  (~0.5 GB that no one else can use): a worker that made one waits for that same GPU for its
-  later one-GPU jobs, instead of making contexts on every GPU in turn;
+- a joblib worker is reused for later jobs and keeps each CUDA context its GPU jobs made
+  (~0.5 GB each that no one else can use): its later one-GPU jobs take a free GPU it already has
+  a context on first, and another free GPU only when all of those are busy (never waiting while
+  a GPU idles); see :func:`claim`;
 - without GPUs there are ``SWEEPS_GPU_POOL`` slots and each job limits torch to its share of the
   cores (cores ÷ slots threads), so N jobs in parallel do not oversubscribe the CPU.
 
@@ -35,6 +36,7 @@ import torch
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig
 
+from sweeps.launch import device as device_mod
 from sweeps.telemetry.nvml import device_uuid
 
 POOL_ENV = "SWEEPS_GPU_POOL"  # concurrent jobs of the launcher (slots where there is no GPU)
@@ -43,7 +45,6 @@ POLL_S = 0.2  # how often a waiting job tries the locks again (s)
 log = logging.getLogger("sweeps")
 _held: list[str] = []  # the running job's GPUs (UUIDs)
 _waited = [0.0]  # s the latest claim waited
-_affinity: str | None = None  # the pool GPU this process's CUDA context is on (reused joblib workers)
 
 
 def lock_dir() -> Path:
@@ -88,10 +89,10 @@ def _lock(prefix: str, key: str) -> FileLock:
 
 
 def acquire_many(keys: Sequence[str], count: int, prefix: str, timeout_s: float | None = None,
-                 among: Sequence[str] | None = None) -> list[tuple[int, FileLock]]:
-    """Claim ``count`` free slots of ``keys`` (only those in ``among``, when given) at once, waiting
-    until that many are free; never holds some while waiting for the rest (two data-parallel jobs
-    could otherwise each hold half of what both need).
+                 prefer: Sequence[str] = ()) -> list[tuple[int, FileLock]]:
+    """Claim ``count`` free slots of ``keys`` at once, those in ``prefer`` first (then in the order
+    of ``keys``), waiting until that many are free; never holds some while waiting for the rest
+    (two data-parallel jobs could otherwise each hold half of what both need).
 
     Returns:
         ``[(position in keys, held lock)]`` — release the locks when done.
@@ -99,11 +100,11 @@ def acquire_many(keys: Sequence[str], count: int, prefix: str, timeout_s: float 
         TimeoutError: not that many slots freed within ``timeout_s`` (None: wait for ever).
     """
     start = time.monotonic()
+    order = sorted(range(len(keys)), key=lambda i: keys[i] not in prefer)  # stable: preferred, then the rest
     while True:
         held: list[tuple[int, FileLock]] = []
-        for i, key in enumerate(keys):
-            if among is not None and key not in among:
-                continue
+        for i in order:
+            key = keys[i]
             lock = _lock(prefix, key)
             try:
                 lock.acquire(timeout=0)
@@ -146,9 +147,8 @@ def claim(device: DictConfig) -> Iterator[int | None]:
     """Hold slots for the body (see the module docstring); yields the first one's index, or None
     when the job is not run by the pool launcher or needs no GPU slot (``device=cpu`` on a GPU
     machine, ``device=ddp`` on Gloo keep their own settings). A ``device=ddp`` job on GPUs holds
-    ``device.gpus`` of them; a one-GPU job in a process that already made a CUDA context on a
-    pool GPU waits for that GPU (see the module docstring)."""
-    global _affinity
+    ``device.gpus`` of them; a one-GPU job in a process that already made CUDA contexts on pool
+    GPUs takes a free one of those first (see the module docstring)."""
     _waited[0] = 0.0
     requested = requested_slots()
     if requested is None:
@@ -160,9 +160,14 @@ def claim(device: DictConfig) -> Iterator[int | None]:
             or (ddp and device.gpus > len(keys)):  # the last: ddp.resolve says why it cannot run
         yield None
         return
-    among = [_affinity] if gpus and not ddp and _affinity in keys else None
+    # A reused worker's contexts (device.contexts: made by resolve_device's set_device, not by the
+    # CUDA initialisation gpu_keys does) are a preference, not a tie: waiting for its own busy GPU
+    # while another idles costs a whole GPU's time, a second context ~0.5 GB of one (each worker
+    # holds at most one per GPU). Two workers with contexts on the same GPU would otherwise take
+    # turns on it for the rest of the sweep.
+    prefer = [keys[i] for i in sorted(device_mod.contexts()) if i < len(keys)] if gpus and not ddp else []
     t0 = time.monotonic()
-    picked = acquire_many(keys, device.gpus if ddp else 1, "gpu-" if gpus else "cpu", among=among)
+    picked = acquire_many(keys, device.gpus if ddp else 1, "gpu-" if gpus else "cpu", prefer=prefer)
     _waited[0] = time.monotonic() - t0
     index = picked[0][0]
     try:
@@ -175,8 +180,6 @@ def claim(device: DictConfig) -> Iterator[int | None]:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // len(keys)))
         yield index
     finally:
-        if gpus and not ddp and torch.cuda.is_initialized():
-            _affinity = keys[index]  # this process's CUDA context lives there now
         _held.clear()
         for _, lock in picked:
             lock.release()

@@ -5,6 +5,8 @@ job ``error`` with a line that says so, and marks this process's CUDA context as
 later CUDA job in the process then ends ``unavailable`` at once with a line naming the cause
 (:func:`sweeps.launch.device.resolve_device`) instead of failing with errors of its own; CPU jobs
 still run. A rerun of the sweep (a fresh process) runs those jobs; resume skips the done ones.
+A data-parallel rank's error (:class:`~sweeps.errors.RankFailed`) is classified by its text too,
+but a sticky CUDA error there lost the rank's context, in its own process: this one's is fine.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from collections import Counter
 
 from hydra.errors import InstantiationException
 
-from sweeps.errors import DataUnavailable, DeviceUnavailable, Diverged
+from sweeps.errors import DataUnavailable, DeviceUnavailable, Diverged, RankFailed
 from sweeps.names import DIVERGED, ERROR, KILLED, OK, OOM, SKIPPED, UNAVAILABLE  # noqa: F401 (re-exported)
 from sweeps.train import memory
 from sweeps.train.memory import is_oom, is_sticky_cuda_error, release_memory  # noqa: F401 (re-exported)
@@ -38,14 +40,16 @@ def classify(exc: BaseException) -> tuple[str, str]:
     exc, line = explain(exc)
     if "Original Traceback" in str(exc):  # from a DataLoader worker: the line is the cause itself
         return (OOM if is_oom(exc) else ERROR), line
-    message = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+    # a rank's failure reads as the RuntimeError it is (its line names the rank's own exception type)
+    name = "RuntimeError" if isinstance(exc, RankFailed) else type(exc).__name__
+    message = f"{name}: {line}" if line else name
     if isinstance(exc, (DeviceUnavailable, DataUnavailable)):  # data: only with dataset.if_missing=skip
         return UNAVAILABLE, line
     if isinstance(exc, Diverged):
         return DIVERGED, line
     if is_oom(exc):
         return OOM, message
-    if is_sticky_cuda_error(exc):
+    if is_sticky_cuda_error(exc) and not isinstance(exc, RankFailed):  # a rank's: its own process's context
         memory.note_cuda_lost(message)
         return ERROR, f"{message} ({STICKY_NOTE})"
     return ERROR, message

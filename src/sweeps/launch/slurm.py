@@ -30,6 +30,7 @@ from sweeps.errors import Terminated
 from sweeps.launch import signals
 
 log = logging.getLogger("sweeps")
+GRACE_MARGIN_S = 45.0  # of signal_delay_s, kept for the checkpoint's fsync, closing the run, scontrol requeue
 
 
 class Requeue(Terminated):
@@ -45,6 +46,7 @@ class _Job:
     job = None  # the JobRun, once open
     epoch_end: bool = False  # whether the job checkpoints and stops at its next epoch end when asked
     grace_s: float = 60.0  # how long to wait for that epoch end (s)
+    active: bool = False  # whether run_job is running a job in this process
     timer: threading.Timer | None = None
 
 
@@ -152,10 +154,12 @@ def run_job(call: Callable[[], Any], signal_delay_s: float) -> Any:
     requeue = signal.getsignal(signal.SIGUSR2)  # submitit's: pickle this call again, scontrol requeue, exit
     _Job.asked_at, _Job.job, _Job.epoch_end, _Job.timer = None, None, False, None
     # the signal comes signal_delay_s (or up to 30 s more: slurmctld checks limits every 30 s) before
-    # the limit; what grace_s leaves is for closing the run and requeueing
-    _Job.grace_s = max(signal_delay_s / 2, signal_delay_s - 10)
+    # the limit; what grace_s leaves (GRACE_MARGIN_S, 45 s) is for the checkpoint's
+    # fsync, closing the run and scontrol requeue
+    _Job.grace_s = grace_s(signal_delay_s)
     signal.signal(signal.SIGTERM, signals.raise_terminated)
     signal.signal(signal.SIGUSR2, _on_usr2)
+    _Job.active = True
     try:
         result = call()
     except KeyboardInterrupt:  # the job's run is closed killed (JobRun)
@@ -174,8 +178,23 @@ def run_job(call: Callable[[], Any], signal_delay_s: float) -> Any:
                   "rerun the sweep to resume it from its checkpoint")
             raise
         raise SystemExit(143)  # submitit's handler returned without exiting
+    finally:
+        _Job.active = False
     _quiet()
     return result
+
+
+def grace_s(signal_delay_s: float) -> float:
+    """How long after SIGUSR2 a training job may take to reach its epoch end: all but
+    :data:`GRACE_MARGIN_S` of ``signal_delay_s`` (75 s of the default 120 s), at least half of it."""
+    return max(signal_delay_s / 2, signal_delay_s - GRACE_MARGIN_S)
+
+
+def in_job() -> bool:
+    """Whether this process is running a sweep's job inside its Slurm job (:func:`run_job`). There
+    bad input ends that job alone (``error``): the sweep runs in another process, which records it
+    and keeps its parent run (:func:`sweeps.launch.slurm_launcher._result`)."""
+    return _Job.active
 
 
 def _note(error: str, requeued: bool = False) -> None:

@@ -1,9 +1,13 @@
-"""``hydra/launcher=slurm`` in the sweep's process: submit the jobs as one Slurm array through
-submitit (Hydra's submitit launcher), ask Slurm for the GPUs the job's ``device`` needs, and wait
-for every job's result.
+"""``hydra/launcher=slurm`` in the sweep's process: submit the jobs as Slurm arrays through
+submitit (Hydra's submitit launcher) — one per GPU count, asking Slurm for the GPUs each job's
+``device`` needs — and wait for every job's result.
 
 A job that ends without a result (scancel, SIGKILL, a node failure, its requeues used up) does not
 stop the sweep: its run, if still RUNNING, is closed ``killed``, and the sweep goes on to its summary.
+A job that raised instead — bad input found on its node (a ``UsageError``: a missing dataset, no C
+compiler for ``compile=true``) before it opened a run, or a crash outside its run — ends ``error``:
+one line on stderr and a ``slurm.error.<job id>`` tag on the sweep's parent run, which stays open for
+the other jobs; the sweep exits 1.
 Job states come from ``squeue``, not ``sacct`` (see :meth:`SlurmLauncher.launch`). Inside each job
 :mod:`sweeps.launch.slurm` handles the time limit and preemption.
 """
@@ -12,9 +16,10 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus
@@ -23,11 +28,16 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 from omegaconf import OmegaConf
 
 from sweeps import names
-from sweeps.launch import slurm
+from sweeps.errors import UsageError
+from sweeps.launch import outcome, slurm
+from sweeps.tracking import store
 
 log = logging.getLogger("sweeps")
+# squeue's names of the states a job does not leave (a preempted job that Slurm requeues shows
+# REQUEUED/PENDING, not PREEMPTED); GONE: squeue no longer lists a job it listed (ended, then forgotten)
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
-                "DEADLINE", "GONE"}  # GONE: squeue no longer lists a job it listed (ended, then forgotten)
+                "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED", "GONE"}
+JOB_ERROR_TAG_PREFIX = "slurm.error."  # + Slurm job id, on the parent run: a job that raised, and why
 
 
 class SlurmLauncher(SubmititSlurmLauncher):
@@ -42,8 +52,9 @@ class SlurmLauncher(SubmititSlurmLauncher):
         return slurm.run_job(lambda: super(SlurmLauncher, self).__call__(*args, **kwargs), delay)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        """Submit the jobs as one array and wait for them (Hydra's submitit launcher, with GPUs from
-        ``device`` when ``gpus_per_node`` is null, and one result per job even when Slurm lost one)."""
+        """Submit the jobs and wait for them (Hydra's submitit launcher, with GPUs from each job's
+        ``device`` when ``gpus_per_node`` is null — one array per GPU count — and one result per job
+        even when Slurm lost one)."""
         import submitit
         from submitit.slurm.slurm import SlurmJob
 
@@ -52,43 +63,112 @@ class SlurmLauncher(SubmititSlurmLauncher):
         # slurmctld itself (a class attribute: submitit builds array jobs as SlurmJob directly).
         SlurmJob.watcher = _squeue_watcher()
         params = dict(self.params)
-        if params.get("gpus_per_node") is None and not params.get("gres") and not params.get("gpus_per_task"):
-            params["gpus_per_node"] = gpus_for(self.config.device, params.get("partition")) or None
+        gpus = self.gpus_per_job(job_overrides, params)
         executor = submitit.AutoExecutor(cluster="slurm", folder=params.pop("submitit_folder"),
                                          slurm_max_num_timeout=params.pop("max_num_timeout"))
         base = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        log.info("Slurm: %d job(s) to partition %s, %s GPU(s) each, %s min limit; logs in %s/.submitit",
-                 len(job_overrides), params.get("partition") or "(default)", params.get("gpus_per_node") or 0,
-                 params.get("timeout_min"), sweep_dir)
         args = [(list(o), "hydra.sweep.dir", initial_job_idx + i, f"job_id_for_{initial_job_idx + i}",
                  Singleton.get_state()) for i, o in enumerate(job_overrides)]
-        jobs = executor.map_array(self, *zip(*args))
+        jobs: list = [None] * len(args)
+        for count, indices in arrays(gpus).items():  # one array per GPU count, in the sweep's order
+            if count is not None:
+                executor.update_parameters(gpus_per_node=count or None)
+            log.info("Slurm: %d job(s) to partition %s, %s GPU(s) each, %s min limit; logs in %s/.submitit",
+                     len(indices), params.get("partition") or "(default)",
+                     count if count is not None else params.get("gpus_per_node") or 0,
+                     params.get("timeout_min"), sweep_dir)
+            for i, job in zip(indices, executor.map_array(self, *zip(*[args[i] for i in indices]))):
+                jobs[i] = job
         return [_result(job, list(o)) for job, o in zip(jobs, job_overrides)]
+
+    def gpus_per_job(self, job_overrides: Sequence[Sequence[str]], params: dict) -> list[int | None]:
+        """GPUs per Slurm job, from each job's own ``device`` (its composed config: ``device=cpu,cuda``
+        gives the cpu job none); all None when the launcher's ``gpus_per_node``, ``gres`` or
+        ``gpus_per_task`` is set (that request serves every job)."""
+        if params.get("gpus_per_node") is not None or params.get("gres") or params.get("gpus_per_task"):
+            return [None] * len(job_overrides)
+        partition = params.get("partition")
+        has_gpus: list[bool] = []  # sinfo once, and only when some job's device depends on it
+
+        def partition_gpus(_: str | None) -> bool:
+            if not has_gpus:
+                has_gpus.append(partition_has_gpus(partition))
+            return has_gpus[0]
+
+        loader = self.hydra_context.config_loader
+        return [gpus_for(loader.load_sweep_config(self.config, list(o)).device, partition, partition_gpus)
+                for o in job_overrides]
+
+
+def arrays(gpus: Sequence[int | None]) -> dict[int | None, list[int]]:
+    """The job indices of each GPU count, counts in order of first appearance."""
+    out: dict[int | None, list[int]] = {}
+    for i, count in enumerate(gpus):
+        out.setdefault(count, []).append(i)
+    return out
 
 
 def _result(job, overrides: list[str]) -> JobReturn:
-    """The job's Hydra result; for a job that ended without one, a ``killed`` result, its run closed."""
+    """The job's Hydra result: for a job that raised (its task function, or the job around it), an
+    ``error`` result (:func:`_errored`); for a job that ended without a result, a ``killed`` one,
+    its run closed."""
+    from submitit.core.utils import FailedJobError
+
     try:
-        return job.results()[0]
-    except Exception as e:  # UncompletedJobError, FailedJobError: nothing came back from the job
-        state = job.state
-        first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
-        log.warning("Slurm job %s ended %s without a result (%s)", job.job_id, state, first[:200])
-        _close_lost_run(job.job_id, state)
-        ret = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
-        ret.return_value = names.KILLED
-        return ret
+        ret = job.results()[0]
+    except FailedJobError as e:  # the job raised: a traceback came back
+        trace = [line for line in str(e).splitlines() if line.strip() and set(line.strip()) != {"-"}]
+        if not any("UncompletedJobError" in line for line in trace):  # not: out of requeues (run_job)
+            return _errored(job, overrides, trace[-1].strip() if trace else type(e).__name__)
+        return _lost(job, overrides, e)
+    except Exception as e:  # UncompletedJobError: nothing came back from the job
+        return _lost(job, overrides, e)
+    if ret.status == JobStatus.FAILED:  # its task function raised: bad input found on the node (UsageError)
+        exc = ret._return_value
+        line = (str(exc).strip().splitlines() or [""])[0]
+        return _errored(job, overrides, line if isinstance(exc, UsageError) else f"{type(exc).__name__}: {line}")
+    return ret
+
+
+def _lost(job, overrides: list[str], e: Exception) -> JobReturn:
+    """A ``killed`` result for a job that ended without a result, its run closed."""
+    state = job.state
+    first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+    log.warning("Slurm job %s ended %s without a result (%s)", job.job_id, state, first[:200])
+    _close_lost_run(job.job_id, state)
+    ret = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
+    ret.return_value = names.KILLED
+    return ret
+
+
+def _errored(job, overrides: list[str], line: str) -> JobReturn:
+    """An ``error`` result for a job that raised before (or outside) its run: one line on stderr, a
+    ``slurm.error.<job id>`` tag on the parent run (left open: the other jobs go on), and the
+    sweep's exit status 1."""
+    line = line[:500]
+    print(f"sweeps: error: Slurm job {job.job_id} ({' '.join(overrides)}): {line}", file=sys.stderr, flush=True)
+    outcome.note(names.ERROR)
+    parent, uri = store.parent_run_id(), os.environ.get(store.SWEEP_URI_ENV)
+    if parent and uri:
+        try:
+            from mlflow import MlflowClient
+
+            MlflowClient(uri).set_tag(parent, f"{JOB_ERROR_TAG_PREFIX}{job.job_id}", f"{' '.join(overrides)}: {line}")
+        except Exception as e:  # the exit status and stderr say it already
+            log.warning("MLflow: could not tag the sweep run %s with job %s's error (%s)", parent, job.job_id,
+                        type(e).__name__)
+    ret = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
+    ret.return_value = names.ERROR
+    return ret
 
 
 def _close_lost_run(job_id: str, state: str) -> None:
     """Close the run of Slurm job ``job_id`` as killed if its process died with it RUNNING, and say in
     ``error`` that a run closed to be requeued will not go on after all."""
     from mlflow import MlflowClient
-
-    from sweeps.tracking import store
 
     parent, uri = store.parent_run_id(), os.environ.get(store.SWEEP_URI_ENV)
     if not parent or not uri:
@@ -106,15 +186,16 @@ def _close_lost_run(job_id: str, state: str) -> None:
                        "its run; rerun the sweep to resume it from its checkpoint")
 
 
-def gpus_for(device, partition: str | None) -> int:
+def gpus_for(device, partition: str | None, has_gpus: Callable[[str | None], bool] | None = None) -> int:
     """GPUs per job for ``device`` (a config node): cpu 0, cuda 1, ddp ``device.gpus`` (0 with gloo),
-    auto 1 — where the partition has GPUs (``sinfo``), else 0 for auto and ddp with backend auto."""
+    auto 1 — where the partition has GPUs (``has_gpus``, by default :func:`partition_has_gpus`:
+    ``sinfo``), else 0 for auto and ddp with backend auto."""
     name = device.name
     if name == "cpu" or (name == "ddp" and device.backend == "gloo"):
         return 0
     if name == "cuda" or (name == "ddp" and device.backend == "nccl"):
         return 1 if name == "cuda" else int(device.gpus)
-    if not partition_has_gpus(partition):
+    if not (has_gpus or partition_has_gpus)(partition):
         return 0
     return int(device.gpus) if name == "ddp" else 1
 

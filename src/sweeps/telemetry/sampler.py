@@ -25,7 +25,7 @@ import psutil
 
 from sweeps.telemetry import nvml as nvml_api
 from sweeps.telemetry.nvml import GPU_FIELDS, HOST_FIELDS, MB, PERMANENT, gpu_ids, nvml_problem, why
-from sweeps.telemetry.stats import energy, epoch_metrics, reasons_seen, samples_csv
+from sweeps.telemetry.stats import busy_pct, energy, epoch_metrics, reasons_seen, samples_csv
 
 log = logging.getLogger("sweeps")
 META = ("t_s", "unix_s", "epoch", "mark")  # seconds since start, Unix time, training epoch, edge
@@ -69,6 +69,7 @@ class Telemetry:
         self._thread: threading.Thread | None = None
         self._started = self._stopped = self._nvml_open = False
         self._energy_base: dict[int, float] = {}
+        self._cpu_times: Any = None  # psutil.cpu_times() at the previous sample (machine-wide CPU %)
         self._methods: set[str] = set()  # how energy was measured: counter, power_integration
 
     # lifecycle -------------------------------------------------------------------------------
@@ -80,8 +81,7 @@ class Telemetry:
         try:
             self._open_gpus()
             self._proc = psutil.Process()
-            self._proc.cpu_percent(None)  # the first call only sets the reference point
-            psutil.cpu_percent(None)  # the same for the machine-wide figure
+            self._proc.cpu_percent(None)  # the first call only sets the reference point (kept per object)
             gpu_cols = [f"gpu{k}_{f}" for k in range(len(self.handles)) for f in GPU_FIELDS]
             self.columns = [*META, *HOST_FIELDS, *gpu_cols]
             self._t0 = self._clock()
@@ -143,14 +143,18 @@ class Telemetry:
 
     # sampling --------------------------------------------------------------------------------
     def sample(self, mark: str = "") -> tuple:
-        """Take one sample now (any thread) and append it to :attr:`rows`."""
+        """Take one sample now (any thread) and append it to :attr:`rows`. The CPU figures cover the
+        time since the previous row, whichever thread took it: the process's from its own
+        ``psutil.Process`` (its reference point is per object), the machine's from the CPU times
+        kept here (``psutil.cpu_percent(None)`` keeps its reference point per thread)."""
         with self._lock:
             p = self._proc
             vm = psutil.virtual_memory()
+            before, self._cpu_times = self._cpu_times, psutil.cpu_times()
             row = [self._clock() - self._t0, time.time(), self._open.epoch if self._open else None, mark,
                    p.cpu_percent(None) if mark != "start" else None,  # no interval before the first
                    p.memory_info().rss / MB, (vm.total - vm.available) / MB,
-                   psutil.cpu_percent(None) if mark != "start" else None]
+                   busy_pct(before, self._cpu_times) if before is not None else None]
             for k, h in enumerate(self.handles):
                 row += [self._query(k, h, f, q) for f, q in GPU_FIELDS.items()]
             self.rows.append(tuple(row))

@@ -154,3 +154,13 @@ def samples_csv(rows: Sequence[tuple], columns: Sequence[str], dropped: dict) ->
         w.writerow(["" if row[i] is None else (row[i] if isinstance(row[i], (int, str)) else round(row[i], 4))
                     for i in keep])
     return buf.getvalue()
+
+
+def busy_pct(before, after) -> float:
+    """The machine's CPU busy % between two ``psutil.cpu_times()`` (100 = every core busy), as
+    ``psutil.cpu_percent`` computes it: a field that went backwards counts 0; guest time is already
+    in user time (Linux); idle and iowait are not busy. 0.0 when no time passed."""
+    d = {f: max(0.0, getattr(after, f) - getattr(before, f)) for f in after._fields}
+    total = sum(d.values()) - d.get("guest", 0.0) - d.get("guest_nice", 0.0)
+    busy = total - d["idle"] - d.get("iowait", 0.0)
+    return round(100 * busy / total, 1) if total > 0 else 0.0
