@@ -158,6 +158,7 @@ def test_oom_in_forward_on_one_rank_ends_the_job_oom_without_hanging(tmp_path, m
     assert "rank 1" in run.data.tags["error"]
 
 
+@pytest.mark.slow  # ~8 s of rank start-up; the default run keeps the other DDP paths
 def test_compile_applies_under_ddp(tmp_path, monkeypatch, one_process):
     """compile=true compiles every rank's DDP model before the first epoch (aot_eager here: the
     same tracing as inductor without code generation) and leaves the training unchanged."""
@@ -172,6 +173,7 @@ def test_compile_applies_under_ddp(tmp_path, monkeypatch, one_process):
         assert m[key] == pytest.approx(single.data.metrics[key], rel=LOSS_RTOL), key
 
 
+@pytest.mark.slow  # ~8 s of rank start-up; the default run keeps the other DDP paths
 def test_channels_last_and_device_loader_apply_under_ddp(tmp_path, monkeypatch):
     probe = tmp_path / "probe.json"
     monkeypatch.setenv(ddp_helpers.PROBE_FILE, str(probe))
