@@ -8,6 +8,7 @@ browser download is not used). Without either it skips with one line."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
