@@ -16,8 +16,8 @@ from torch.utils.data import TensorDataset
 import gpu_helpers
 from conftest import runs
 from fake_nvml import Clock, FakeNVML
-from sweeps.data.datasets import DataSpec, PinnedTensorBatches, pinned
-from sweeps.data.loaders import TensorBatches
+from sweeps.data.datasets import DataSpec
+from sweeps.data.loaders import TensorBatches, make_loaders
 from sweeps.errors import DeviceUnavailable, UsageError
 from sweeps.launch import device as device_mod
 from sweeps.launch import ddp, gpu_pool, outcome, rank
@@ -276,14 +276,16 @@ def test_in_memory_batches_of_a_cuda_job_are_pinned(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
     monkeypatch.setattr(torch.Tensor, "is_pinned", lambda t: t.data_ptr() in pins)
     data = TensorDataset(torch.randn(10, 3), torch.randn(10, 1))
-    assert pinned(TensorBatches(data, 4, True), torch.device("cpu")).__class__ is TensorBatches
+    cpu_train, _ = make_loaders(data, data, 4, torch.device("cpu"), 0, 0)
+    assert not any(t.is_pinned() for b in cpu_train for t in b)  # a CPU job copies nothing
     for batch, sizes in ((4, [4, 4, 2]), (10, [10])):
-        loader = pinned(TensorBatches(data, batch, True, seed=1), CUDA0)
-        assert isinstance(loader, PinnedTensorBatches) and len(loader) == len(sizes)
+        loader, test_loader = make_loaders(data, data, batch, CUDA0, 0, 1)
+        assert isinstance(loader, TensorBatches) and len(loader) == len(sizes)
         got = list(loader)
         assert [len(x) for x, _ in got] == sizes and all(t.is_pinned() for b in got for t in b)
+        assert all(t.is_pinned() for b in test_loader for t in b)
     same = [x for x, _ in TensorBatches(data, 4, True, seed=1)]  # the same order as unpinned
-    assert all(torch.equal(a, b) for a, b in zip(same, [x for x, _ in pinned(TensorBatches(data, 4, True, 1), CUDA0)]))
+    assert all(torch.equal(a, b) for a, b in zip(same, [x for x, _ in make_loaders(data, data, 4, CUDA0, 0, 1)[0]]))
 
 
 # 6. compile: peak memory after the warm-up; CUDA-graph capture before epoch 1 ------------------
@@ -471,7 +473,7 @@ def test_after_compile_the_peak_is_the_current_memory(monkeypatch):
 def test_in_memory_batches_are_really_pinned():
     data = TensorDataset(torch.randn(10, 3), torch.randn(10, 1))
     for batch in (4, 10):
-        assert all(t.is_pinned() for b in pinned(TensorBatches(data, batch, True), CUDA0) for t in b)
+        assert all(t.is_pinned() for b in make_loaders(data, data, batch, CUDA0, 0, 0)[0] for t in b)
 
 
 @pytest.mark.gpu

@@ -18,7 +18,6 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from torchvision import datasets, transforms
 
-from sweeps.data.loaders import TensorBatches
 from sweeps.errors import DataUnavailable, UsageError
 
 # Per-channel mean and std of the training images (computed on the full training splits).
@@ -192,30 +191,3 @@ def build_datasets(cfg: DictConfig, seed: int) -> tuple[Dataset, Dataset, DataSp
     train, test, spec = BUILDERS[cfg.name](cfg, seed)
     return _subset(train, cfg.train_size, seed, "train_size"), _subset(test, cfg.test_size, seed + 1, "test_size"), spec
 
-
-class PinnedTensorBatches(TensorBatches):
-    """:class:`~sweeps.data.loaders.TensorBatches` whose batches are in page-locked (pinned) host
-    memory, for a CUDA job: the trainer's ``x.to(device, non_blocking=True)`` is then a real
-    asynchronous DMA; from pageable memory CUDA first stages the batch through a pinned buffer
-    with the host waiting, so the copy blocks (CUDA Runtime API, "API synchronization behavior";
-    PyTorch's "pin_memory" notes). A full batch is the stored tensors themselves, pinned once;
-    smaller batches are gathered, then pinned (a host copy of the batch, ~GB/s).
-    """
-
-    def __init__(self, source: TensorBatches):
-        self.__dict__.update(source.__dict__)  # same batch size, order and generator state
-        if self.batch_size >= self.n:
-            self.tensors = tuple(t.pin_memory() for t in self.tensors)
-
-    def take(self, pick) -> tuple:
-        return tuple(t if t.is_pinned() else t.pin_memory() for t in super().take(pick))
-
-
-def pinned(loader, device: torch.device):
-    """``loader`` with pinned batches where that makes its host-to-device copies asynchronous (a
-    :class:`TensorBatches` of a CUDA job: synthetic and tabular data through
-    ``dataset.loader=dataloader``); any other loader as it is (torch's DataLoader pins its own
-    with ``pin_memory=True``; device-resident batches need no copy)."""
-    if device.type != "cuda" or type(loader) is not TensorBatches:
-        return loader
-    return PinnedTensorBatches(loader)

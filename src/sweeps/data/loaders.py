@@ -43,13 +43,20 @@ class TensorBatches:
     ``__getitem__`` and collate per example, which dominates the step for tabular data (a full
     batch of 10⁶ rows: 10⁶ Python calls). Reshuffled every epoch from a seeded generator.
 
-    Yields ``(x, y)`` with ``x`` of shape ``(≤ batch, *in_shape)``.
+    Yields ``(x, y)`` with ``x`` of shape ``(≤ batch, *in_shape)``. With ``pin`` (a CUDA job) the
+    batches are in page-locked host memory, so the trainer's ``x.to(device, non_blocking=True)``
+    is a real asynchronous copy — from pageable memory CUDA stages the batch through a pinned
+    buffer with the host waiting (CUDA Runtime API, "API synchronization behavior"; PyTorch's
+    ``pin_memory`` notes). A full batch is the stored tensors, pinned once; a smaller one is
+    gathered, then pinned (one more host copy of the batch).
     """
 
-    def __init__(self, data: TensorDataset, batch: int, shuffle: bool, seed: int = 0):
-        self.tensors, self.batch_size, self.shuffle = data.tensors, batch, shuffle
+    def __init__(self, data: TensorDataset, batch: int, shuffle: bool, seed: int = 0, pin: bool = False):
+        self.tensors, self.batch_size, self.shuffle, self.pin = data.tensors, batch, shuffle, pin
         self.n = len(data.tensors[0])
         self.generator = torch.Generator().manual_seed(seed)
+        if pin and batch >= self.n:
+            self.tensors = tuple(t.pin_memory() for t in self.tensors)
 
     def __len__(self) -> int:
         return -(-self.n // self.batch_size)
@@ -66,7 +73,8 @@ class TensorBatches:
     def take(self, pick) -> tuple:
         """The examples ``pick`` (an index tensor or a slice) as ``(x, y)``; a data-parallel rank
         takes its part of each step through this (:mod:`sweeps.train.distributed`)."""
-        return tuple(t[pick] for t in self.tensors)
+        batch = tuple(t[pick] for t in self.tensors)
+        return tuple(t.pin_memory() for t in batch) if self.pin else batch
 
 
 class EpochKeyedSampler(Sampler):
@@ -125,9 +133,10 @@ def make_loaders(train: Dataset, test: Dataset, batch: int, device: torch.device
     :class:`TensorBatches` for in-memory tensors, a DataLoader for everything else (with workers,
     an :class:`EpochKeyedSampler` so that a resumed job draws the same examples and
     augmentations as one that never stopped)."""
+    pin = device.type == "cuda"  # page-locked batches: asynchronous host-to-device copies
     if isinstance(train, TensorDataset) and isinstance(test, TensorDataset):
-        return TensorBatches(train, batch, True, seed), TensorBatches(test, min(batch, len(test)), False)
-    common = dict(num_workers=workers, pin_memory=device.type == "cuda", persistent_workers=workers > 0)
+        return TensorBatches(train, batch, True, seed, pin), TensorBatches(test, min(batch, len(test)), False, pin=pin)
+    common = dict(num_workers=workers, pin_memory=pin, persistent_workers=workers > 0)
     if workers > 0:  # the loader's own generator only seeds the workers' base seed, which no longer matters
         train_loader = DataLoader(KeyedExamples(train), batch_size=batch, sampler=EpochKeyedSampler(len(train), seed),
                                   generator=torch.Generator().manual_seed(seed), **common)

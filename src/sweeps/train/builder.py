@@ -18,7 +18,6 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from sweeps.data import DataSpec, default_workers, device_loaders, make_loaders
-from sweeps.data.datasets import pinned
 from sweeps.train import distributed
 from sweeps.train.checkpoint import rng_state, set_rng_state
 from sweeps.train.loop import Trainer
@@ -161,6 +160,5 @@ def build(cfg: DictConfig, data: JobData, device: torch.device, monitor=None) ->
                                  cfg.dataset.get("augment", False), cfg.seed)  # tensors: no augment field
     else:
         loaders = make_loaders(data.train, data.test, data.batch, device, default_workers(cfg.dataset, device), cfg.seed)
-        loaders = tuple(pinned(loader, device) for loader in loaders)  # in-memory tensors: page-locked on CUDA
     train_loader, test_loader = distributed.shard(loaders, data.batch, cfg.seed)
     return Training(trainer, train_loader, test_loader, model, cfg)
