@@ -37,6 +37,7 @@ import torch
 
 import selfcheck_checks as checks
 import selfcheck_sweeps as sweeps_checks
+from sweeps.errors import brief
 from sweeps.launch.device import compiler_problem, driver_problem
 from sweeps.telemetry import nvml
 from sweeps.tracking.env import fingerprint
@@ -97,7 +98,7 @@ def run_all(quick: bool) -> tuple[list, int]:
         try:
             got = step()
         except Exception as e:  # a check that crashes is a FAIL with its one line, the others still run
-            got = [row(name, False, f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")]
+            got = [row(name, False, f"{type(e).__name__}: {brief(e)}")]
         rows += [(c, s, f"{d} [{time.monotonic() - t:.0f} s]" if i == len(got) - 1 else d) for i, (c, s, d) in enumerate(got)]
         print(*(f"{s:4}  {c}: {d}" for c, s, d in got), sep="\n", flush=True)
     if not gpus:

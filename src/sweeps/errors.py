@@ -1,6 +1,12 @@
 """Exceptions that end a job or a sweep with one line instead of a traceback."""
 
 
+def brief(exc: BaseException, limit: int = 200) -> str:
+    """``exc``'s text on one line (every run of whitespace, newlines included, one space), at most
+    ``limit`` characters: how a library's multi-line message goes into a log line or a tag."""
+    return " ".join(str(exc).split())[:limit]
+
+
 class UsageError(Exception):
     """Bad input the user must fix (a value, a path, missing data).
 

@@ -18,7 +18,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from torchvision import datasets, transforms
 
-from sweeps.errors import DataUnavailable, UsageError
+from sweeps.errors import DataUnavailable, UsageError, brief
 
 # Per-channel mean and std of the training images (computed on the full training splits).
 CIFAR10_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
@@ -58,7 +58,7 @@ def _torchvision(cls, title: str, hint: str, cfg: DictConfig, stats, crop: int):
         train = cls(root, train=True, transform=train_tf, download=cfg.download)
         test = cls(root, train=False, transform=test_tf, download=False)
     except (RuntimeError, OSError) as e:  # torchvision: "Dataset not found"; urllib: URLError
-        detail = " ".join(str(e).split())[:200] or type(e).__name__  # torchvision's text spans lines
+        detail = brief(e) or type(e).__name__  # torchvision's text spans lines
         why = "dataset.download=false" if not cfg.download else f"download failed ({detail})"
         raise DataUnavailable(f"{title} is not under dataset.root={cfg.root} ({root.resolve()}) and "
                               f"{why}; {hint}, or run once with network access and dataset.download=true") from None
@@ -104,7 +104,7 @@ def _imagefolder(cfg: DictConfig, seed: int):
         train = datasets.ImageFolder(root / "train", transform=train_tf)
         test = datasets.ImageFolder(root / "val", transform=test_tf)
     except (FileNotFoundError, OSError) as e:  # e.g. a class folder of val/ without images
-        raise DataUnavailable(f"dataset.root={cfg.root}: {' '.join(str(e).split())[:300]}; {layout}") from None
+        raise DataUnavailable(f"dataset.root={cfg.root}: {brief(e, 300)}; {layout}") from None
     if test.classes != train.classes:
         raise DataUnavailable(f"dataset.root={cfg.root}: val/ classes {test.classes} differ from train/ {train.classes}")
     return train, test, DataSpec((channels, *size), len(train.classes))

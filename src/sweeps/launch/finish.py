@@ -16,6 +16,7 @@ from sweeps.launch import outcome as oc
 from sweeps.launch.sweep import summary_row
 from sweeps.tracking import naming
 from sweeps.tracking.console import summary_table
+from sweeps.errors import brief
 
 log = logging.getLogger("sweeps")
 # MLflow run status per outcome (README "MLflow"): FAILED — the job ran and did not get through its
@@ -81,7 +82,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
             step()
         except Exception as e:  # one failed step never stops the run from being closed
             log.warning("job %s: %s while finishing (%s: %s)", job.name, getattr(step, "__name__", "step"),
-                        type(e).__name__, " ".join(str(e).split())[:200])
+                        type(e).__name__, brief(e))
     oc.release_memory(job.device)
     oc.note(outcome)
     try:
@@ -92,7 +93,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         job.writer.end(STATUS.get(outcome, "FAILED"))
     except Exception as e:
         log.error("job %s: its MLflow run %s could not be closed (%s: %s)", job.name, job.writer.run_id,
-                  type(e).__name__, " ".join(str(e).split())[:200])
+                  type(e).__name__, brief(e))
         return
     try:  # the description last and apart: a store refusing it costs the description, not the outcome
         job.writer.set_tags(_note(job, outcome, error))

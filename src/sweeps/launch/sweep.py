@@ -22,7 +22,7 @@ from sweeps.tracking import naming, resume, store
 from sweeps.tracking.console import summary_table
 from sweeps.tracking.env import environment_tags
 from sweeps.tracking.reliability import unreliable
-from sweeps.errors import UsageError
+from sweeps.errors import UsageError, brief
 
 log = logging.getLogger("sweeps")
 
@@ -81,7 +81,7 @@ def describe_sweep(client: MlflowClient, parent_run_id: str, children: list, sum
         client.set_tag(parent_run_id, MLFLOW_RUN_NOTE, note)
     except Exception as e:  # noqa: BLE001 (a description is never worth failing the sweep)
         log.warning("MLflow: the sweep run %s got no params or description (%s: %s)", parent_run_id,
-                    type(e).__name__, " ".join(str(e).split())[:200])
+                    type(e).__name__, brief(e))
 
 
 def _preset(config: DictConfig) -> str | None:
@@ -141,7 +141,7 @@ class SweepCallback(Callback):
             self._open_parent(config, client, experiment_id)
         except Exception as e:  # Hydra would shrink it to a warning and run the jobs without a parent
             stop(UsageError(f"cannot open the sweep's parent run in {client.tracking_uri} ({type(e).__name__}: "
-                            f"{' '.join(str(e).split())[:200]}): check the store, or set mlflow.tracking_uri=..."))
+                            f"{brief(e)}): check the store, or set mlflow.tracking_uri=..."))
 
     def _open_parent(self, config: DictConfig, client: MlflowClient, experiment_id: str) -> None:
         resume.mark_stale(client, experiment_id)
@@ -170,7 +170,7 @@ class SweepCallback(Callback):
         except Exception as e:  # the jobs' runs are closed already: say so in one line, keep the exit status honest
             log.error("the sweep's summary could not be written to its parent run %s (%s: %s); the jobs' runs are "
                       "complete: python -m sweeps.report --run-id %s reads them", parent, type(e).__name__,
-                      " ".join(str(e).split())[:200], parent)
+                      brief(e), parent)
             outcome.note_sweep_errors(1)
             try:
                 client.set_terminated(parent, "FAILED")

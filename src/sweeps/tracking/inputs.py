@@ -26,6 +26,7 @@ from mlflow.types import Schema, TensorSpec
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from sweeps import names
+from sweeps.errors import brief
 
 log = logging.getLogger("sweeps")
 GENERATED = "generated:"  # the fingerprint's prefix for data made from the config
@@ -96,4 +97,4 @@ def log_job_data(writer, dataset_cfg, fingerprint: str, in_shape: Sequence[int],
                      in_shape, train_n, test_n, regression)
     except Exception as e:  # noqa: BLE001 (inputs describe the job; they never stop it)
         log.warning("MLflow: dataset inputs and example counts of run %s not logged (%s: %s)", writer.run_id,
-                    type(e).__name__, " ".join(str(e).split())[:200])
+                    type(e).__name__, brief(e))

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from sqlalchemy.exc import SQLAlchemyError
 
 from sweeps import names
-from sweeps.errors import UsageError
+from sweeps.errors import UsageError, brief
 
 PARENT_RUN_ENV = "SWEEPS_PARENT_RUN_ID"  # set by the sweep callback, read by each job
 SWEPT_KEYS_ENV = "SWEEPS_SWEPT_KEYS"  # the keys a sweep varies, comma-separated (job names)
@@ -75,7 +75,7 @@ def prepare(cfg: DictConfig) -> tuple[MlflowClient, str]:
             return opened
         return _experiment(MlflowClient(uri), cfg.mlflow.experiment)
     except (MlflowException, OSError, SQLAlchemyError, sqlite3.Error, Timeout) as e:
-        detail = " ".join(str(e).split())[:200]
+        detail = brief(e)
         hint = ("it is not an sqlite database: move it aside" if "not a database" in detail else
                 "free some space" if "full" in detail or "No space" in detail else "check the path is writable")
         raise UsageError(f"cannot open the MLflow store {uri} ({type(e).__name__}: {detail}): {hint}, or set "

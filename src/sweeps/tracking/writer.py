@@ -24,6 +24,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from sweeps import names
+from sweeps.errors import brief
 
 log = logging.getLogger("sweeps")
 FLUSH_S = 2.0  # seconds between background sends of queued metrics
@@ -115,7 +116,7 @@ class RunWriter:
                 if wait is None or not _transient(e):
                     self.lost += len(chunk)
                     log.warning("MLflow: %d metric value(s) of run %s not logged (%s: %s)", len(chunk),
-                                self.run_id, type(e).__name__, " ".join(str(e).split())[:200])
+                                self.run_id, type(e).__name__, brief(e))
                     return
                 time.sleep(wait)
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from sweeps.data.loaders import shuffle_generator
+from sweeps.errors import brief
 
 log = logging.getLogger("sweeps")
 
@@ -123,7 +124,7 @@ class Checkpoints:
                 return torch.load(path, map_location="cpu", weights_only=False)
             except Exception as e:  # truncated, corrupt, or from an incompatible version
                 log.warning("checkpoint %s is unreadable (%s: %s); trying an older one", path,
-                            type(e).__name__, " ".join(str(e).split())[:200])
+                            type(e).__name__, brief(e))
         return None
 
     def clear(self) -> None:

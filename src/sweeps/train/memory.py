@@ -8,6 +8,8 @@ import gc
 
 import torch
 
+from sweeps.errors import brief
+
 # Text of the allocators' out-of-memory errors that are not torch.OutOfMemoryError:
 # CPU ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ..."), cuDNN/cuBLAS
 # workspaces ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED") and older CUDA builds.
@@ -66,7 +68,7 @@ def release_memory(device: torch.device | None = None) -> None:
             for i in range(torch.cuda.device_count()):
                 torch.cuda.reset_peak_memory_stats(i)
         except RuntimeError as e:  # a context lost under us: the next job says so, this one ends
-            note_cuda_lost(" ".join(str(e).split())[:300])
+            note_cuda_lost(brief(e, 300))
 
 
 def reset_peak(device: torch.device) -> None:
