@@ -11,7 +11,7 @@ from sweeps import names
 from sweeps.report import plots
 from sweeps.report.compare import Comparison
 from sweeps.report.runs import Job
-from sweeps.report.tables import FIRST_EPOCH_MARK, md_table, with_note
+from sweeps.report.tables import FIRST_EPOCH_MARK, epoch_values, md_table, with_note
 from sweeps.tracking.reliability import unreliable
 
 # (row label, metric): the latest value of each, per run; a row shows where any run has it.
@@ -41,8 +41,7 @@ def _ok(jobs: list[Job]) -> list[Job]:
 
 
 def _epoch_values(jobs: list[Job]) -> tuple[list[float], bool]:
-    timed = [j.epoch_time() for j in _ok(jobs)]
-    return [t for t, _ in timed if t is not None], any(f for t, f in timed if t is not None)
+    return epoch_values(_ok(jobs))  # ok runs only: an OOM's partial epochs are no figure
 
 
 def _ratios(values: dict[str, list[float]], cmp: Comparison) -> list[str]:

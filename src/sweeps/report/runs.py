@@ -12,6 +12,7 @@ from mlflow.exceptions import MlflowException
 
 from sweeps import names
 from sweeps.tracking import store
+from sweeps.tracking.naming import parse_overrides
 
 
 @dataclass
@@ -46,16 +47,6 @@ class Job:
         return " ".join(f"{k}={v}" for k, v in self.swept.items() if k not in exclude) or "all"
 
 
-def parse_overrides(text: str) -> dict[str, str]:
-    """``"model=mlp batch=64"`` → ``{"model": "mlp", "batch": "64"}`` (values may hold ``=``)."""
-    out = {}
-    for part in text.split():
-        if "=" in part:
-            key, value = part.split("=", 1)
-            out[key.lstrip("+~")] = value
-    return out
-
-
 def find_sweep(client: MlflowClient, experiment: str | None = None, run_id: str | None = None):
     """The parent run of a sweep: ``run_id`` if given, else the latest sweep in ``experiment``
     (or in any experiment).
@@ -88,7 +79,7 @@ def job_from_run(run) -> Job:
     """A job run (an MLflow ``Run``) as the report sees it."""
     tags = run.data.tags
     return Job(run.info.run_id, run.info.run_name, tags.get(names.OUTCOME_TAG, "?"), tags.get(names.ERROR_TAG, ""),
-               parse_overrides(tags.get(names.OVERRIDES_TAG, "")), dict(run.data.params), dict(run.data.metrics),
+               dict(parse_overrides(tags.get(names.OVERRIDES_TAG, ""))), dict(run.data.params), dict(run.data.metrics),
                dict(tags))
 
 

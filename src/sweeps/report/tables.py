@@ -45,13 +45,17 @@ def _median_spread(values: list[float], digits: int = 2) -> str:
     return f"{_f(statistics.median(values), digits)} [{_f(min(values), digits)}, {_f(max(values), digits)}]"
 
 
+def epoch_values(runs: list[Job]) -> tuple[list[float], bool]:
+    """The epoch time of each of ``runs`` that has one (s): the median from epoch 2, or a 1-epoch
+    run's first epoch standing in (:meth:`Job.epoch_time`); ``True`` when one stood in."""
+    timed = [t for t in (j.epoch_time() for j in runs) if t[0] is not None]
+    return [t for t, _ in timed], any(f for _, f in timed)
+
+
 def epoch_cell(runs: list[Job], digits: int = 2) -> tuple[str, bool]:
-    """Median epoch time from epoch 2 of ``runs`` as ``m [lo, hi]`` (:func:`_median_spread`), each
-    1-epoch run's first epoch standing in (:meth:`Job.epoch_time`); ``True`` when one did, and the
-    cell then ends in :data:`FIRST_EPOCH_MARK`."""
-    timed = [j.epoch_time() for j in runs]
-    values = [t for t, _ in timed if t is not None]
-    first = any(f for t, f in timed if t is not None)
+    """:func:`epoch_values` of ``runs`` as ``m [lo, hi]`` (:func:`_median_spread`), ending in
+    :data:`FIRST_EPOCH_MARK` (and ``True``) when a first epoch stood in."""
+    values, first = epoch_values(runs)
     return _median_spread(values, digits) + (FIRST_EPOCH_MARK if first else ""), first
 
 
