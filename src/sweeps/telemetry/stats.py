@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-
 from typing import Sequence
 
 from sweeps import names
