@@ -28,7 +28,7 @@ from torch.utils.data import Subset
 from torchvision import datasets
 
 from bench_timing_core import RandomCIFAR10  # noqa: E402 (scripts/ is on sys.path when run as a script)
-from sweeps.data.datasets import CIFAR10_STATS, DataSpec, _image_transforms
+from sweeps.data.builtin import CIFAR10_STATS, DataSpec, _image_transforms
 from sweeps.data.loaders import make_loaders
 from sweeps.train.precision import apply_precision
 from sweeps.data.device_loader import device_loaders

@@ -33,7 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from torchvision import datasets
 
-from sweeps.data.datasets import CIFAR10_STATS, DataSpec, _image_transforms
+from sweeps.data.builtin import CIFAR10_STATS, DataSpec, _image_transforms
 from sweeps.data.device_loader import DeviceBatches, Resident, resident
 from sweeps.tracking.env import fingerprint
 from sweeps.models import MLP

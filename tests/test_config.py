@@ -10,10 +10,10 @@ import math
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
-from omegaconf import OmegaConf, open_dict
+from omegaconf import MISSING, OmegaConf, open_dict
 
 from sweeps import config, names
-from sweeps.config.options import OPTION_SCHEMAS
+from sweeps.config.options import OPTION_SCHEMAS, OWN_KEYS
 from sweeps.errors import UsageError
 from sweeps.tracking.resume import config_hash
 from sweeps.tracking.store import flatten
@@ -43,7 +43,19 @@ def test_every_option_composes(group, option):
         schema = OPTION_SCHEMAS[group][option]
         assert OmegaConf.get_type(cfg[group]) is schema
         assert set(cfg[group]) == {f.name for f in dataclasses.fields(schema)}  # what a run logs under group.
+    if group in OWN_KEYS:  # a _target_ option: sweeps' own keys on it (config.yaml), its target named
+        assert {f.name for f in dataclasses.fields(OWN_KEYS[group])} - {"base_lr"} <= set(cfg[group])
+        assert "_target_" in cfg[group] and (cfg[group]._target_ or group == "loss")
     OmegaConf.to_container(cfg, resolve=False)  # the whole tree is well formed
+
+
+@pytest.mark.parametrize("group", sorted(OWN_KEYS))
+def test_config_yaml_gives_every_target_option_the_own_keys_defaults(group):
+    """conf/config.yaml puts sweeps' own keys on every option (a user's too), with the defaults
+    of their schema: the two never disagree."""
+    block = OmegaConf.load(config.CONF_DIR / "config.yaml")[group]
+    defaults = {f.name: f.default for f in dataclasses.fields(OWN_KEYS[group]) if f.default is not MISSING}
+    assert dict(block) == defaults
 
 
 @pytest.mark.parametrize("group", sorted(OPTION_SCHEMAS))
@@ -100,37 +112,32 @@ def test_config_hash_covers_only_the_options_fields():
 
 
 @pytest.mark.parametrize("overrides, schema", [
-    (["dataset.rooot=x"], "Cifar10Dataset"),
-    (["dataset=mnist", "dataset.shape=[1,8,8]"], "MnistDataset"),
-    (["dataset=synthetic", "dataset.root=x"], "SyntheticDataset"),
-    (["dataset=synthetic", "dataset.download=false"], "SyntheticDataset"),
-    (["dataset=imagefolder", "dataset.download=false"], "ImageFolderDataset"),
-    (["dataset=diabetes", "dataset.augment=true"], "DiabetesDataset"),
+    (["dataset.rooot=x"], None),
+    (["dataset=mnist", "dataset.shape=[1,8,8]"], None),
+    (["dataset=synthetic", "dataset.root=x"], None),
+    (["dataset=diabetes", "dataset.augment=true"], None),
     (["device=cpu", "device.gpus=2"], "CpuDevice"),
     (["device=cpu", "device.index=1"], "CpuDevice"),
     (["device=ddp", "device.index=1"], "DDPDevice"),
     (["device=cuda", "device.backend=gloo"], "CudaDevice"),
-    (["optimizer.momentun=0.5"], "SGDOptimizer"),
-    (["optimizer=adam", "optimizer.momentum=0.9"], "AdamOptimizer"),
-    (["optimizer=sgd", "optimizer.betas=[0.9,0.99]"], "SGDOptimizer"),
+    (["optimizer.momentun=0.5"], None),
+    (["optimizer=adam", "optimizer.momentum=0.9"], None),
     (["lr_scaling.base_bach=64"], "LinearScaling"),
-    (["schedule=cosine", "schedule.gamma=0.5"], "CosineSchedule"),
-    (["schedule.milestone=[0.5]"], "MultiStepSchedule"),
+    (["schedule=cosine", "schedule.gamma=0.5"], None),
     (["precision=bf16", "precision.nme=fp16"], "BF16Precision"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
 def test_a_key_the_option_lacks_fails_at_composition(overrides, schema):
-    """Typos and keys of other options: Hydra's message names the key, its cause the option's schema."""
+    """Typos and keys of other options: Hydra's message names the key (a closed group's cause also
+    its option's schema); a _target_ option holds exactly its YAML's keys, so the same holds."""
     with pytest.raises(ConfigCompositionException) as e:
         _compose(overrides)
-    assert overrides[-1].split("=")[0] in str(e.value) and schema in str(e.value.__cause__)
+    assert overrides[-1].split("=")[0] in str(e.value)
+    assert schema is None or schema in str(e.value.__cause__)
 
 
 @pytest.mark.parametrize("overrides", [
-    ["epochs=abc"], ["dataset.train_size=abc"], ["dataset=synthetic", "dataset.shape=abc"],
-    ["dataset=synthetic", "dataset.regression=maybe"], ["dataset=diabetes", "dataset.test_fraction=half"],
-    ["dataset=imagefolder", "dataset.channels=rgb"], ["device=cuda", "device.index=abc"],
-    ["device=ddp", "device.gpus=two"], ["optimizer.base_lr=abc"], ["optimizer=adam", "optimizer.betas=abc"],
-    ["lr_scaling=sqrt", "lr_scaling.base_batch=abc"], ["schedule.gamma=abc"],
+    ["epochs=abc"], ["device=cuda", "device.index=abc"], ["device=ddp", "device.gpus=two"],
+    ["lr_scaling=sqrt", "lr_scaling.base_batch=abc"],
 ], ids=" ".join)
 def test_a_wrong_type_fails_at_composition(overrides):
     with pytest.raises(ConfigCompositionException) as e:
@@ -138,8 +145,40 @@ def test_a_wrong_type_fails_at_composition(overrides):
     assert overrides[-1] in str(e.value)  # "Error merging override <key>=<value>"
 
 
+@pytest.mark.parametrize("overrides, named", [
+    (["dataset.train_size=abc"], "dataset"), (["optimizer.base_lr=abc"], "optimizer"),
+    (["optimizer=adam", "optimizer.betas=abc"], "optimizer=adam: torch.optim.Adam"),
+    (["schedule.gamma=abc"], "schedule=multistep"),
+    (["dataset=synthetic", "dataset.shape=abc"], "dataset=synthetic"),
+    (["dataset=synthetic", "+dataset.colour=red"], "dataset=synthetic"),
+    (["dataset=diabetes", "dataset.test_fraction=half"], "dataset=diabetes"),
+    (["+model.widht=3"], "model=mlp: sweeps.models.MLP rejects its arguments"),
+    (["loss=cross_entropy", "loss.label_smoothing=lots"], "loss=cross_entropy"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_a_wrong_value_of_a_target_option_stops_before_the_run_opens(overrides, named):
+    """Without per-option schemas a target's argument reaches its target: a wrong one is one line
+    naming the option and target, raised while the job prepares (before its run opens)."""
+    from sweeps.tasks.base import create
+
+    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=["model=mlp", "dataset=synthetic", "dataset.train_size=64",
+                                           "dataset.test_size=16", "device=cpu", "epochs=3", *overrides],
+                      return_hydra_config=True)
+        from hydra.core.hydra_config import HydraConfig
+
+        HydraConfig.instance().set_config(cfg)  # the option names Hydra chose, as in a real job
+        try:
+            with pytest.raises(UsageError) as e:
+                config.complete(cfg)
+                create(cfg).prepare()
+        finally:
+            HydraConfig.instance().cfg = None
+    assert named in str(e.value) and "\n" not in str(e.value)
+
+
 def test_defaults_are_study_1_reference_run():
     cfg = _compose()
+    config.complete(cfg)
     assert cfg.model._target_.endswith("CNN10") and cfg.dataset.name == "cifar10"
     assert cfg.device.name == "auto" and cfg.batch == 128 and cfg.epochs == 100
     assert (cfg.optimizer.name, cfg.optimizer.base_lr, cfg.optimizer.momentum) == ("sgd", 0.1, 0.9)
@@ -151,7 +190,7 @@ def test_defaults_are_study_1_reference_run():
 def test_presets_declare_their_sweep():
     cfg = _compose(["+experiment=offline_mnist"], return_hydra_config=True)
     assert dict(cfg.hydra.sweeper.params) == {"model": "mlp,cnn10", "batch": "64,256"}
-    assert cfg.dataset.name == "imagefolder" and cfg.dataset.root.endswith("mnist-10k-imagefolder")
+    assert cfg.dataset._target_.endswith("imagefolder") and cfg.dataset.root.endswith("mnist-10k-imagefolder")
 
 
 @pytest.mark.parametrize("rule, expected", [("linear", 0.1 * 4), ("sqrt", 0.1 * 2), ("none", 0.1)])

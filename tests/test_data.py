@@ -24,7 +24,8 @@ from PIL import Image
 
 import sweeps.config
 from sweeps.data.loaders import default_workers, describe_workers, make_loaders
-from sweeps.data.datasets import CIFAR10_STATS, MNIST_STATS, DataSpec, build_datasets
+from sweeps.data.builtin import CIFAR10_STATS, MNIST_STATS
+from sweeps.data.datasets import DataSpec, build_datasets
 
 from sweeps.errors import DataUnavailable, UsageError
 
@@ -456,7 +457,8 @@ def test_default_workers(monkeypatch):
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     for name in ("diabetes", "synthetic"):
         cfg = dataset_cfg(f"dataset={name}")
-        assert default_workers(cfg, cpu) == default_workers(cfg, cuda) == 0
+        train = build_datasets(cfg, seed=0)[0]  # tensors in memory
+        assert default_workers(cfg, cpu, train) == default_workers(cfg, cuda, train) == 0
     cifar = dataset_cfg("dataset=cifar10")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 6)

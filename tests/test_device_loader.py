@@ -13,6 +13,7 @@ from sweeps.train.checkpoint import rng_state, set_rng_state
 from sweeps.data import build_datasets, make_loaders
 from sweeps.data.device_loader import PAD, DeviceBatches, Resident, device_loaders, resident
 from sweeps.errors import UsageError
+from torch.utils.data import TensorDataset
 from test_data import (_cifar_cfg, _idx_images, _idx_labels, cifar_root, dataset_cfg,  # noqa: F401 (fixture)
                        one_line)
 
@@ -145,14 +146,22 @@ def test_deterministic_under_a_seed_and_resumable():
 
 
 def test_folders_are_not_in_memory():
-    """imagefolder + dataset.loader=device stops with one line at validation; a dataset class the
-    device loader does not know is a UsageError too."""
+    """dataset.loader=device on data that are not tensors in memory (image files) stops with one
+    line while the job prepares, before its run opens; loader=auto serves them from a DataLoader;
+    a dataset class the device loader does not know is a UsageError too."""
+    from sweeps.data import DataSpec
+    from sweeps.data.device_loader import resident_loader
+    from sweeps.tasks.base import check_parts
+
     config.register()
     from test_config import _compose
 
+    cfg = config.complete(_compose(["model=mlp", "dataset=imagefolder", "dataset.root=x", "dataset.loader=device"]))
+    files = torch.utils.data.Dataset()  # not tensors: what an ImageFolder is to the device loader
     with pytest.raises(UsageError) as e:
-        config.validate(_compose(["dataset=imagefolder", "dataset.root=x", "dataset.loader=device"]))
-    assert "dataset.loader=dataloader" in one_line(e)
+        check_parts(cfg, DataSpec((1, 8, 8), 10), files)
+    assert "dataset.loader=auto or dataloader" in one_line(e)
+    assert not resident_loader("auto", files) and resident_loader("auto", TensorDataset(torch.zeros(2, 1)))
     with pytest.raises(UsageError):
         config.validate(_compose(["dataset.loader=gpu"]))
     with pytest.raises(UsageError):

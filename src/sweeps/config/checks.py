@@ -59,10 +59,7 @@ def validate(cfg: DictConfig) -> None:
         raise UsageError(f"timing.iters={cfg.timing.iters}, timing.warmup={cfg.timing.warmup}: "
                          "use iters ≥ 1 and warmup ≥ 0")
     if cfg.dataset.loader not in names.LOADERS:
-        raise UsageError(f"dataset.loader={cfg.dataset.loader!r} is unknown: use dataloader or device")
-    if cfg.dataset.loader == "device" and cfg.dataset.name not in names.IN_MEMORY_DATASETS:
-        raise UsageError(f"dataset.loader=device needs an in-memory dataset ({', '.join(names.IN_MEMORY_DATASETS)}); "
-                         f"{cfg.dataset.name} is decoded from files: use dataset.loader=dataloader")
+        raise UsageError(f"dataset.loader={cfg.dataset.loader!r} is unknown: use auto, dataloader or device")
     if cfg.precision.name not in names.GROUP_OPTIONS["precision"]:
         raise UsageError(f"precision.name={cfg.precision.name!r} is unknown: use fp32, tf32, bf16 or fp16")
     if cfg.optimizer.impl not in names.OPTIMIZER_IMPLS:

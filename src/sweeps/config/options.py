@@ -1,7 +1,9 @@
-"""Per-option schemas: one dataclass for each option of the groups dataset, device, optimizer,
-lr_scaling, schedule and precision (models: :mod:`sweeps.config.schema`).
+"""Schemas of the group options: one dataclass for each option of the closed groups device,
+lr_scaling and precision (sweeps' code branches on them), and for the ``_target_`` groups
+(dataset, optimizer, schedule, loss) the keys sweeps reads itself (:data:`OWN_KEYS`; the rest of
+such a node is its target's arguments, see :mod:`sweeps.config.targets`).
 
-Each ``conf/<group>/<option>.yaml`` starts with ``defaults: [/schema/<group>/<option>@_here_,
+Each ``conf/<group>/<option>.yaml`` of a closed group starts with ``defaults: [/schema/<group>/<option>@_here_,
 _self_]``, so its node holds exactly the fields that option reads. A run then logs (and hashes)
 only what applies to it — no ``dataset.shape`` on an MNIST run — and a key the chosen option
 lacks fails at composition like any typo, naming the option's class (``device=cpu
@@ -10,75 +12,58 @@ small base classes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 from omegaconf import MISSING
 
 
-# ── dataset ─────────────────────────────────────────────────────────────────────────────────
+# ── the _target_ groups: sweeps' own keys (the rest of each node goes to its target) ─────────
 @dataclass
-class Dataset:
-    """What every dataset takes: subsets, how batches are served, what to do without files."""
+class DatasetKeys:
+    """Keys of every ``dataset`` option that sweeps reads itself (see :mod:`sweeps.config.targets`);
+    ``root``, ``seed``, ``num_classes``, ``regression``, ``train_size`` and ``test_size`` also go to
+    the target where its signature names them."""
 
-    name: str = MISSING  # cifar10 | mnist | imagefolder | diabetes | synthetic
+    name: Optional[str] = None  # the option's name (None: the option Hydra chose)
     train_size: Optional[int] = None  # seeded subset of N training examples (None: all)
     test_size: Optional[int] = None  # seeded subset of N test examples (None: all)
     num_workers: Optional[int] = None  # DataLoader worker processes (None: chosen per dataset)
-    loader: str = "dataloader"  # dataloader (host) | device (whole dataset on the device; in-memory sets only)
+    # auto: tensors in memory are held on the job's device (batches cut there), anything else
+    # goes through a DataLoader | device | dataloader
+    loader: str = "auto"
     # On every dataset, not only file ones: presets set it once for sweeps that mix datasets (smoke).
     if_missing: str = "stop"  # files missing: stop (the sweep, one line) | skip (outcome=unavailable)
 
 
 @dataclass
-class FileDataset(Dataset):
-    """Images read from files under ``root``."""
+class OptimizerKeys:
+    """Keys of every ``optimizer`` option that sweeps reads itself; the others go to the
+    ``torch.optim`` class (or the user's) that ``_target_`` names, with ``lr`` from ``base_lr``."""
 
-    root: str = "data"  # where the files live (relative paths: to the directory sweeps runs in)
-    augment: bool = False  # random crop (pad 4) + horizontal flip on training images
-
-
-@dataclass
-class TorchvisionDataset(FileDataset):
-    """Files that torchvision can fetch."""
-
-    download: bool = True  # let torchvision fetch the files when they are missing
+    name: Optional[str] = None
+    base_lr: float = MISSING  # learning rate at lr_scaling.base_batch examples per step (becomes lr)
+    impl: str = "auto"  # auto (fused on CUDA where the class has it, else torch default) | fused | foreach | loop
 
 
 @dataclass
-class Cifar10Dataset(TorchvisionDataset):
-    """dataset=cifar10."""
+class ScheduleKeys:
+    """``schedule``: a ``torch.optim.lr_scheduler`` (or the user's) by ``_target_``, stepped once
+    per epoch; ``epochs`` goes to a target that names it."""
+
+    name: Optional[str] = None
 
 
 @dataclass
-class MnistDataset(TorchvisionDataset):
-    """dataset=mnist."""
+class LossKeys:
+    """``loss``: ``_target_`` null (``loss=auto``) picks cross-entropy for classification and MSE
+    for regression."""
+
+    name: Optional[str] = None
 
 
-@dataclass
-class ImageFolderDataset(FileDataset):
-    """dataset=imagefolder: the user's own ``<root>/train/<class>/``, ``<root>/val/<class>/``
-    tree; never downloaded, so no ``download``."""
-
-    root: str = MISSING  # no sensible default: the user's own folder
-    channels: Optional[int] = None  # 1 or 3 (None: from the first image's mode)
-    image_size: Optional[int] = None  # resize to N×N (None: keep)
-
-
-@dataclass
-class DiabetesDataset(Dataset):
-    """dataset=diabetes: bundled with scikit-learn (no files to find), split here."""
-
-    test_fraction: float = 0.2  # share of rows held out for test
-
-
-@dataclass
-class SyntheticDataset(Dataset):
-    """dataset=synthetic: random tensors, generated per job."""
-
-    shape: List[int] = field(default_factory=lambda: [3, 32, 32])  # one example's shape
-    num_classes: int = 10  # classification targets drawn from 0..num_classes-1
-    regression: bool = False  # a regression target instead (scikit-learn make_regression)
+OWN_KEYS: dict[str, type] = {"dataset": DatasetKeys, "optimizer": OptimizerKeys, "schedule": ScheduleKeys,
+                             "loss": LossKeys}
 
 
 # ── device ──────────────────────────────────────────────────────────────────────────────────
@@ -116,31 +101,6 @@ class DDPDevice(Device):
     timeout_s: float = 300.0  # bound on every collective (and the rendezvous), seconds
 
 
-# ── optimizer ───────────────────────────────────────────────────────────────────────────────
-@dataclass
-class Optimizer:
-    name: str = MISSING  # sgd | adam
-    base_lr: float = 0.1  # learning rate at lr_scaling.base_batch examples per step
-    weight_decay: float = 0.0
-    impl: str = "auto"  # auto (fused on CUDA, else torch default) | fused | foreach | loop
-
-
-@dataclass
-class SGDOptimizer(Optimizer):
-    """optimizer=sgd."""
-
-    momentum: float = 0.0
-    nesterov: bool = False
-
-
-@dataclass
-class AdamOptimizer(Optimizer):
-    """optimizer=adam."""
-
-    base_lr: float = 0.001
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
-
-
 # ── lr_scaling: lr = optimizer.base_lr × f(batch / base_batch), see sweeps.config.scaled_lr ──
 @dataclass
 class LRScaling:
@@ -161,30 +121,6 @@ class SqrtScaling(LRScaling):
 @dataclass
 class NoScaling(LRScaling):
     """lr_scaling=none: base_batch is kept, so switching rules changes one key only."""
-
-
-# ── schedule ────────────────────────────────────────────────────────────────────────────────
-@dataclass
-class Schedule:
-    name: str = MISSING  # multistep | constant | cosine
-
-
-@dataclass
-class MultiStepSchedule(Schedule):
-    """schedule=multistep."""
-
-    milestones: List[float] = field(default_factory=lambda: [0.5, 0.8])  # fractions of epochs
-    gamma: float = 0.1  # lr factor at each milestone
-
-
-@dataclass
-class ConstantSchedule(Schedule):
-    """schedule=constant."""
-
-
-@dataclass
-class CosineSchedule(Schedule):
-    """schedule=cosine: anneals to 0 over all epochs, nothing to choose."""
 
 
 # ── precision (see sweeps.train.precision.PRECISIONS) ──────────────────────────────────────
@@ -216,11 +152,7 @@ class FP16Precision(Precision):
 # ConfigStore entries schema/<group>/<option>; every conf/<group>/<option>.yaml of these groups
 # extends the entry of its own name (tests/test_config.py checks both ways).
 OPTION_SCHEMAS: dict[str, dict[str, type]] = {
-    "dataset": {"cifar10": Cifar10Dataset, "mnist": MnistDataset, "imagefolder": ImageFolderDataset,
-                "diabetes": DiabetesDataset, "synthetic": SyntheticDataset},
     "device": {"auto": AutoDevice, "cpu": CpuDevice, "cuda": CudaDevice, "ddp": DDPDevice},
-    "optimizer": {"sgd": SGDOptimizer, "adam": AdamOptimizer},
     "lr_scaling": {"linear": LinearScaling, "sqrt": SqrtScaling, "none": NoScaling},
-    "schedule": {"multistep": MultiStepSchedule, "constant": ConstantSchedule, "cosine": CosineSchedule},
     "precision": {"fp32": FP32Precision, "tf32": TF32Precision, "bf16": BF16Precision, "fp16": FP16Precision},
 }

@@ -7,14 +7,16 @@ message. What a type cannot say (``batch`` is a positive int *or* ``full``; ``ba
 checked by :func:`sweeps.config.checks.validate`, which raises :class:`sweeps.errors.UsageError`
 with one line.
 
-Config groups (``model``, ``dataset``, ``device``, ...) are ``Any`` here: each option's YAML
-extends its own schema (``schema/<group>/<option>``), whose fields differ from option to option.
+Config groups (``model``, ``dataset``, ``device``, ...) are ``Any`` here: an option of a closed
+group (device, lr_scaling, precision) extends its own schema (``schema/<group>/<option>``); an
+option of a ``_target_`` group (model, dataset, optimizer, schedule, loss) is its target's
+arguments plus sweeps' own keys, filled and checked by :func:`sweeps.config.targets.complete`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -66,8 +68,9 @@ class EvalConfig:
 
 @dataclass
 class Config:
-    # Groups: each option's YAML brings its own schema (schema/<group>/<option>); a type here would
-    # force one set of fields on every option, and runs would log fields their option never reads.
+    # Groups: a closed group's option brings its own schema (schema/<group>/<option>); a _target_
+    # group's node is its target's arguments plus sweeps' own keys (sweeps.config.targets). A type
+    # here would force one set of fields on every option, and runs would log fields never read.
     model: Any = MISSING
     dataset: Any = MISSING
     device: Any = MISSING
@@ -75,6 +78,7 @@ class Config:
     lr_scaling: Any = MISSING
     schedule: Any = MISSING
     precision: Any = MISSING
+    loss: Any = MISSING
     mlflow: MLflowConfig = field(default_factory=MLflowConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     batch: Any = 128  # global batch size (examples per optimizer step), or "full"
@@ -94,44 +98,12 @@ class Config:
     timing: TimingConfig = field(default_factory=TimingConfig)
 
 
-# Models: the node is also the model constructor's keyword arguments (``_target_``), so a schema
-# is named by architecture and several options can share it (mlp, mlp_tabular).
-@dataclass
-class CNN10Config:
-    _target_: str = "sweeps.models.CNN10"
-    widths: List[int] = field(default_factory=lambda: [64, 128, 256])
-    convs_per_stage: int = 3
-
-
-@dataclass
-class WideResNetConfig:
-    _target_: str = "sweeps.models.WideResNet"
-    depth: int = 28
-    width: int = 10
-    dropout: float = 0.0
-
-
-@dataclass
-class MLPConfig:
-    _target_: str = "sweeps.models.MLP"
-    hidden: List[int] = field(default_factory=lambda: [1000, 1000])
-    dropout: float = 0.0
-
-
-@dataclass
-class ResNet50Config:
-    _target_: str = "sweeps.models.resnet50"
-
-
-MODEL_SCHEMAS = {"cnn10": CNN10Config, "wrn": WideResNetConfig, "mlp": MLPConfig, "resnet50": ResNet50Config}
-
-
 def register() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent)."""
     if not OmegaConf.has_resolver("repo_dir"):  # ${repo_dir:}: the checkout holding conf/
         OmegaConf.register_new_resolver("repo_dir", lambda: str(CONF_DIR.resolve().parent))
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
-    for group, options in {**OPTION_SCHEMAS, "model": MODEL_SCHEMAS}.items():
+    for group, options in OPTION_SCHEMAS.items():
         for name, node in options.items():
             cs.store(group=f"schema/{group}", name=name, node=node)

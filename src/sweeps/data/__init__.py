@@ -1,13 +1,14 @@
-"""Data: datasets (torchvision, scikit-learn, synthetic), seeded subsets, and the loaders that
-serve them — host-side (DataLoader, :class:`~sweeps.data.loaders.TensorBatches`) or resident on
+"""Data: the dataset contract (any ``dataset._target_``; the built-ins: torchvision, scikit-learn,
+synthetic), seeded subsets, and the loaders that serve them — host-side (DataLoader, :class:`~sweeps.data.loaders.TensorBatches`) or resident on
 the device (:mod:`sweeps.data.device_loader`).
 
 Owns: :class:`DataSpec` (what a model needs to know of the data), :func:`build_datasets`,
 :func:`make_loaders`, :func:`device_loaders`. Imports: torch, torchvision, scikit-learn,
 :mod:`sweeps.config`, :mod:`sweeps.names`, :mod:`sweeps.errors`.
 """
-from sweeps.data.datasets import DataSpec, build_datasets
-from sweeps.data.device_loader import device_loaders
+from sweeps.data.datasets import build_datasets
+from sweeps.data.spec import DataSpec
+from sweeps.data.device_loader import device_loaders, resident_loader
 from sweeps.data.loaders import default_workers, make_loaders
 
-__all__ = ["DataSpec", "build_datasets", "make_loaders", "default_workers", "device_loaders"]
+__all__ = ["DataSpec", "build_datasets", "make_loaders", "default_workers", "device_loaders", "resident_loader"]

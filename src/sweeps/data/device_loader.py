@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 from torchvision import datasets
 
-from sweeps.data.datasets import CIFAR10_STATS, MNIST_STATS
+from sweeps.data.builtin import CIFAR10_STATS, MNIST_STATS
 from sweeps.errors import UsageError
 
 PAD = 4  # pixels of zero padding around each image before the random crop (as the DataLoader path)
@@ -45,6 +45,19 @@ class Resident:
     x: torch.Tensor
     y: torch.Tensor
     stats: tuple | None = None
+
+
+def can_reside(ds: Dataset) -> bool:
+    """Whether :func:`resident` can hold ``ds`` on the device (tensors, CIFAR-10, MNIST, or a
+    subset of one of them)."""
+    inner = ds.dataset if isinstance(ds, Subset) else ds
+    return isinstance(inner, (TensorDataset, datasets.CIFAR10, datasets.MNIST))
+
+
+def resident_loader(loader: str, train: Dataset) -> bool:
+    """Whether ``dataset.loader=loader`` serves ``train`` from the device: ``device`` yes,
+    ``dataloader`` no, ``auto`` where the data are in memory (:func:`can_reside`)."""
+    return loader == "device" or (loader == "auto" and can_reside(train))
 
 
 def resident(ds: Dataset) -> Resident:
@@ -66,8 +79,8 @@ def resident(ds: Dataset) -> Resident:
     elif isinstance(ds, datasets.MNIST):  # .data: (N, 28, 28) uint8 tensor
         out = Resident(ds.data.unsqueeze(1).contiguous(), torch.as_tensor(ds.targets, dtype=torch.long), MNIST_STATS)
     else:
-        raise UsageError(f"dataset.loader=device needs an in-memory dataset (cifar10, mnist, diabetes, synthetic), "
-                         f"not {type(ds).__name__}: use dataset.loader=dataloader")
+        raise UsageError(f"dataset.loader=device needs tensors in memory (a TensorDataset, CIFAR-10, MNIST), "
+                         f"not {type(ds).__name__}: use dataset.loader=dataloader (or auto)")
     if idx is not None:
         out = Resident(out.x[idx], out.y[idx], out.stats)
     return out

@@ -6,10 +6,15 @@ import os
 
 import torch
 from omegaconf import DictConfig
-from torch.utils.data import DataLoader, Dataset, Sampler, TensorDataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset, get_worker_info
 
 
-def default_workers(cfg: DictConfig, device: torch.device) -> int:
+def in_memory(ds: Dataset) -> bool:
+    """Whether ``ds`` is tensors in memory (a TensorDataset, or a seeded subset of one)."""
+    return isinstance(ds.dataset if isinstance(ds, Subset) else ds, TensorDataset)
+
+
+def default_workers(cfg: DictConfig, device: torch.device, train: Dataset | None = None) -> int:
     """DataLoader workers when ``dataset.num_workers`` is null: 0 for in-memory tensors (workers
     would only add IPC); else the cores the training leaves free — on a GPU every core but one
     (up to 8: the training process needs one to feed the device); on a CPU the cores beyond
@@ -18,7 +23,7 @@ def default_workers(cfg: DictConfig, device: torch.device) -> int:
     show in ``phase/data_ms``). :func:`describe_workers` says which, for the run's tags."""
     if cfg.num_workers is not None:
         return cfg.num_workers
-    if cfg.name in ("diabetes", "synthetic"):
+    if train is not None and in_memory(train):
         return 0
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if device.type == "cuda":
@@ -26,11 +31,13 @@ def default_workers(cfg: DictConfig, device: torch.device) -> int:
     return max(0, min(4, cpus - torch.get_num_threads()))
 
 
-def describe_workers(cfg: DictConfig, device: torch.device) -> str:
-    """One line for the ``data.loader`` tag: the loader and how its worker count was chosen."""
-    if cfg.get("loader") == "device":
+def describe_workers(cfg: DictConfig, device: torch.device, train: Dataset | None = None,
+                     resident: bool = False) -> str:
+    """One line for the ``data.loader`` tag: the loader (``resident``: the device loader) and how
+    its worker count was chosen."""
+    if resident:
         return f"device (the dataset resident on {device.type}; no workers)"
-    n = default_workers(cfg, device)
+    n = default_workers(cfg, device, train)
     if cfg.num_workers is not None:
         return f"dataloader, {n} worker(s) (dataset.num_workers)"
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -18,7 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sweeps import names
-from sweeps.config import validate
+from sweeps.config import complete, validate
 from sweeps.errors import DataUnavailable, UsageError
 from sweeps.launch import ddp, gpu_pool, signals, slurm
 from sweeps.launch import outcome as oc
@@ -36,7 +36,7 @@ from sweeps.train.checkpoint import Checkpoints
 
 log = logging.getLogger("sweeps")
 JOURNAL = "epochs.jsonl"  # the run's per-epoch records, beside its checkpoints
-LAST_JOB: dict[str, str] = {}  # the last job this process closed: name, outcome (the CLI's last words)
+LAST_JOB: dict[str, str] = {}  # the last job this process closed: name, outcome, run_id, tracking_uri (the CLI's last words)
 
 
 def _hydra_context() -> tuple[str, dict[str, str], bool]:
@@ -163,7 +163,8 @@ class JobRun:
                 if tb is not None:  # free the failed frames' tensors before memory is released
                     traceback.clear_frames(tb)
                 finish(self, outcome, error, peak)
-                LAST_JOB.update(name=self.name, outcome=outcome)
+                LAST_JOB.update(name=self.name, outcome=outcome, run_id=self.writer.run_id if self.writer else "",
+                                tracking_uri=self.client.tracking_uri)
         if pending and not isinstance(exc, KeyboardInterrupt):  # arrived while finishing: the job is closed
             raise signals.as_exception(pending[0])
         return isinstance(exc, Exception)  # failures are outcomes; signals and exits go on up
@@ -191,6 +192,7 @@ def run(cfg: DictConfig) -> str:
         KeyboardInterrupt: SIGINT/SIGTERM (after the job's run is closed ``killed``).
     """
     started_at = time.perf_counter()
+    complete(cfg)  # sweeps' own keys of the _target_ groups filled and checked, options named
     validate(cfg)
     preflight(cfg)  # what this machine lacks for every such job (compile=true without a C compiler)
     if HydraConfig.initialized() and HydraConfig.get().job.chdir:

@@ -71,6 +71,11 @@ def note_sweep_errors(n: int) -> None:
     _counts["sweep_" + ERROR] = n
 
 
+def reset() -> None:
+    """Forget the counts: a new command in the same process (:func:`sweeps.run`) starts from none."""
+    _counts.clear()
+
+
 def exit_status() -> int:
     """1 when any job of this process, or of the sweep it ran, ended in ``error``, else 0."""
     return 1 if _counts[ERROR] or _counts["sweep_" + ERROR] else 0

@@ -124,9 +124,16 @@ def interrupted(signal_name: str) -> None:
 
 
 def _close_sweep_env() -> tuple[str | None, str | None]:
-    """Forget the sweep in this process (a later sweep in it starts clean); its parent run id and store."""
+    """Forget the sweep in this process (a later sweep in it starts clean); its parent run id and
+    store, also kept in :data:`LAST_SWEEP` (what :func:`sweeps.run` reads back)."""
     os.environ.pop(store.SWEPT_KEYS_ENV, None)
-    return os.environ.pop(store.PARENT_RUN_ENV, None), os.environ.pop(store.SWEEP_URI_ENV, None)
+    parent, uri = os.environ.pop(store.PARENT_RUN_ENV, None), os.environ.pop(store.SWEEP_URI_ENV, None)
+    if parent:
+        LAST_SWEEP.update(run_id=parent, tracking_uri=uri or "")
+    return parent, uri
+
+
+LAST_SWEEP: dict[str, str] = {}  # the last sweep this process closed: run_id, tracking_uri (sweeps.run)
 
 
 class SweepCallback(Callback):

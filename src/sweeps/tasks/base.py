@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import warnings
 from typing import Any, ClassVar
 
 import torch
@@ -23,9 +24,13 @@ from omegaconf import DictConfig
 
 from sweeps import names
 from sweeps.config import batch_size, scaled_lr
-from sweeps.data import build_datasets
-from sweeps.errors import UsageError
+from sweeps.config.targets import check_target, option_name
+from sweeps.data import DataSpec, build_datasets
+from sweeps.data.device_loader import can_reside
+from sweeps.errors import UsageError, brief
 from sweeps.train.builder import JobData
+from sweeps.train.losses import make_loss
+from sweeps.train.optim import make_optimizer, make_schedule
 
 log = logging.getLogger("sweeps")
 REGISTRY: dict[str, type["Task"]] = {}
@@ -59,6 +64,53 @@ def settings_of_other_tasks(task: str) -> set[str]:
     return {s for cls in REGISTRY.values() for s in cls.settings} - own
 
 
+def check_parts(cfg: DictConfig, spec: DataSpec, train) -> None:
+    """Bad input in the parts a job is built from, found before its run opens (so no run is left
+    logged for it): the model's ``_target_`` imports and its signature takes the arguments it will
+    get; the optimizer, schedule and loss are built once on a one-element dummy parameter (cheap,
+    and a wrong value such as ``optimizer.betas=abc`` fails here, not after the run opened);
+    ``dataset.loader=device`` gets tensors it can hold.
+
+    Raises:
+        UsageError: one line naming the option, the target and the cause.
+    """
+    check_target(cfg.model, "model", in_shape=spec.in_shape, num_outputs=spec.num_outputs)
+    dummy = [torch.zeros(1, requires_grad=True)]
+    for group, make in (("optimizer", lambda: make_optimizer(cfg.optimizer, dummy, 1.0, torch.device("cpu"))),
+                        ("schedule", lambda: _step_through(make_schedule(cfg.schedule, torch.optim.SGD(dummy, lr=1.0),
+                                                                         cfg.epochs), cfg.epochs)),
+                        ("loss", lambda: _on_dummy_batch(make_loss(cfg.loss, spec), spec))):
+        try:
+            make()
+        except UsageError:
+            raise
+        except Exception as e:  # the target's own check of a value (Adam: "Invalid beta parameter")
+            node = cfg[group]
+            raise UsageError(f"{group}={option_name(node, group)}: {node.get('_target_')} fails with these "
+                             f"arguments ({type(e).__name__}: {brief(e)})") from None
+    if cfg.dataset.loader == "device" and not can_reside(train):
+        raise UsageError(f"dataset.loader=device needs tensors in memory (a TensorDataset, CIFAR-10, MNIST), not "
+                         f"{type(train).__name__}: use dataset.loader=auto or dataloader")
+
+
+def _on_dummy_batch(loss, spec: DataSpec) -> None:
+    """The loss on two zero outputs and targets of the data's kind: a wrong value used only in
+    the call (``loss.label_smoothing=lots``) fails here."""
+    if spec.task == "regression":
+        loss(torch.zeros(2, spec.num_outputs), torch.zeros(2, spec.num_outputs))
+    else:
+        loss(torch.zeros(2, spec.num_outputs), torch.zeros(2, dtype=torch.long))
+
+
+def _step_through(schedule, epochs: int) -> None:
+    """Step a dummy schedule through the job's epochs: values used only at a milestone
+    (``schedule.gamma``) fail here too. ~10 µs a step."""
+    with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": no training here
+        warnings.simplefilter("ignore")
+        for _ in range(epochs):
+            schedule.step()
+
+
 class Task:
     """One kind of job. Subclasses set :attr:`name` (the ``task=`` value) and :attr:`settings`
     (the top-level config nodes only this task reads), and implement :meth:`run`."""
@@ -86,6 +138,7 @@ class Task:
         """
         cfg = self.cfg
         train, test, spec = build_datasets(cfg.dataset, cfg.seed)
+        check_parts(cfg, spec, train)
         batch = batch_size(cfg, len(train))
         if batch > len(train) and self.needs_train_data:  # a step can hold no more than the data
             log.warning("batch=%d is larger than the %d training examples: clamped to batch=%d (logged, and the "

@@ -37,7 +37,7 @@ from sweeps.tasks.base import Task, register
 from sweeps.train.builder import build_model
 from sweeps.train.loop import Trainer
 from sweeps.train.memory import is_oom, release_memory, warm_cublas
-from sweeps.train.optim import make_optimizer, optimizer_kwargs
+from sweeps.train.optim import make_optimizer
 from sweeps.train.speed import random_batch
 from sweeps.train.timing import synchronize
 
@@ -197,10 +197,9 @@ class MaxBatchTask(Task):
     def run(self, job, device: torch.device) -> None:
         cfg, data = self.cfg, self.data
         model, precision, channels_last = build_model(cfg, data.spec, device)
-        impl = optimizer_kwargs(cfg.optimizer.impl, device, precision.scaled)
         t0 = time.perf_counter()
         try:
             run_task(cfg.max_batch, job.writer, model, data.spec, device, precision, channels_last,
-                     lambda params: make_optimizer(cfg.optimizer, params, data.lr, **impl))
+                     lambda params: make_optimizer(cfg.optimizer, params, data.lr, device, precision.scaled))
         finally:
             job.measured_s = time.perf_counter() - t0  # the trials are the measurement

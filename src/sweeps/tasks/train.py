@@ -17,6 +17,7 @@ import math
 import torch
 
 from sweeps import names
+from sweeps.data import resident_loader
 from sweeps.data.loaders import describe_workers
 from sweeps.errors import Diverged
 from sweeps.models import count_parameters
@@ -37,7 +38,8 @@ class TrainTask(Task):
         cfg, data = self.cfg, self.data
         training = build(cfg, data, device, monitor=job.telemetry)
         job.writer.log_metrics({names.PARAMS: count_parameters(training.model)})
-        job.writer.set_tags({names.LOADER_TAG: describe_workers(cfg.dataset, device)})
+        job.writer.set_tags({names.LOADER_TAG: describe_workers(
+            cfg.dataset, device, data.train, resident_loader(cfg.dataset.loader, data.train))})
         with_perf = flops.tracker(job.writer, training.model, data.spec, device, cfg.precision.name,
                                   devices=distributed.world_size())
         if cfg.compile:  # compiled and warmed up here, out of the epoch times

@@ -12,17 +12,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig
 from torch import nn
 from torch.utils.data import Dataset
 
-from sweeps.data import DataSpec, default_workers, device_loaders, make_loaders
+from sweeps.config import call_target
+from sweeps.data import DataSpec, default_workers, device_loaders, make_loaders, resident_loader
 from sweeps.train import distributed
 from sweeps.train.checkpoint import rng_state, set_rng_state
 from sweeps.train.loop import Trainer
 from sweeps.train.memory import reset_peak
-from sweeps.train.optim import make_optimizer, make_schedule, optimizer_kwargs
+from sweeps.train.losses import make_loss
+from sweeps.train.optim import make_optimizer, make_schedule
 from sweeps.train.precision import Precision, apply_precision, set_determinism
 from sweeps.train.speed import compile_and_warm, use_channels_last
 
@@ -92,12 +93,13 @@ def build_model(cfg: DictConfig, spec: DataSpec, device: torch.device) -> tuple[
         converted to NHWC (only models with a ``Conv2d`` are).
 
     Raises:
-        UsageError: unknown precision. DeviceUnavailable: the device cannot run it.
+        UsageError: unknown precision; the model's ``_target_`` does not import or rejects its
+            arguments. DeviceUnavailable: the device cannot run it.
     """
     precision = apply_precision(cfg.precision, device)
     set_determinism(cfg.deterministic)
     torch.manual_seed(cfg.seed)  # every rank the same initial weights (DDP also broadcasts rank 0's)
-    model = instantiate(cfg.model, in_shape=spec.in_shape, num_outputs=spec.num_outputs).to(device)
+    model = call_target(cfg.model, "model", in_shape=spec.in_shape, num_outputs=spec.num_outputs).to(device)
     channels_last = bool(cfg.channels_last) and use_channels_last(model)
     return model, precision, channels_last
 
@@ -151,14 +153,15 @@ def build(cfg: DictConfig, data: JobData, device: torch.device, monitor=None) ->
     """
     model, precision, channels_last = build_model(cfg, data.spec, device)
     net = distributed.wrap(model, device)  # the model itself outside a process group
-    impl = optimizer_kwargs(cfg.optimizer.impl, device, precision.scaled)
-    optimizer = make_optimizer(cfg.optimizer, net.parameters(), data.lr, **impl)
+    optimizer = make_optimizer(cfg.optimizer, net.parameters(), data.lr, device, precision.scaled)
     trainer = Trainer(net, data.spec, optimizer, make_schedule(cfg.schedule, optimizer, cfg.epochs), device,
-                      cfg.log_every_s, monitor=monitor, precision=precision, channels_last=channels_last)
-    if cfg.dataset.loader == "device":
+                      cfg.log_every_s, monitor=monitor, precision=precision, channels_last=channels_last,
+                      loss_fn=make_loss(cfg.loss, data.spec))
+    if resident_loader(cfg.dataset.loader, data.train):
         loaders = device_loaders(data.train, data.test, data.batch, device,
                                  cfg.dataset.get("augment", False), cfg.seed)  # tensors: no augment field
     else:
-        loaders = make_loaders(data.train, data.test, data.batch, device, default_workers(cfg.dataset, device), cfg.seed)
+        loaders = make_loaders(data.train, data.test, data.batch, device, default_workers(cfg.dataset, device, data.train),
+                               cfg.seed)
     train_loader, test_loader = distributed.shard(loaders, data.batch, cfg.seed)
     return Training(trainer, train_loader, test_loader, model, cfg)

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from sweeps.data.datasets import DataSpec
+from sweeps.data.spec import DataSpec
 
 log = logging.getLogger("sweeps")
 

@@ -34,14 +34,15 @@ class Trainer:
 
     def __init__(self, model: nn.Module, spec: DataSpec, optimizer, schedule, device: torch.device,
                  progress_after_s: float = 2.0, monitor=None, precision: Precision | None = None,
-                 channels_last: bool = False):
+                 channels_last: bool = False, loss_fn=None):
         self.model, self.spec, self.device = model, spec, device
         self.precision = precision or Precision()  # autocast dtype and loss scaling (sweeps.train.precision)
         self.scaler = self.precision.grad_scaler(device)  # disabled (pass-through) unless fp16
         self.channels_last = channels_last  # NHWC image batches for a channels_last model
         self.optimizer, self.schedule = optimizer, schedule
         self.regression = spec.task == "regression"
-        self.loss_fn = nn.MSELoss() if self.regression else nn.CrossEntropyLoss()
+        # the job's loss (sweeps.train.losses); without one the task kind's usual loss
+        self.loss_fn = loss_fn or (nn.MSELoss() if self.regression else nn.CrossEntropyLoss())
         self.timer = PhaseTimer(device)
         self.progress_after_s = progress_after_s
         self.tty = sys.stderr.isatty()
@@ -94,19 +95,22 @@ class Trainer:
         """Test loss and accuracy (classification) or RMSE in target units (regression)."""
         self.model.eval()
         loss_sum = torch.zeros((), device=self.device)
-        correct = torch.zeros((), device=self.device, dtype=torch.long)
+        correct = torch.zeros((), device=self.device, dtype=torch.long)  # regression: Σ squared error
+        sq_sum = torch.zeros((), device=self.device)
         seen = 0
         for x, y in loader:
             x, y = self._input(x), y.to(self.device, non_blocking=True)
             with self.precision.autocast(self.device):
                 out = self.model(x)
                 loss_sum += self.loss_fn(out, y).float() * len(x)
-            if not self.regression:
+            if self.regression:  # whatever the loss, RMSE is the root of the mean squared error
+                sq_sum += (out.float() - y.float().reshape(out.shape)).square().sum() / max(out[0].numel(), 1)
+            else:
                 correct += (out.argmax(1) == y).sum()
             seen += len(x)
         loss = loss_sum.item() / max(seen, 1)
-        if self.regression:  # MSE is on the standardised target; RMSE back in target units
-            return {"test/loss": loss, "test/rmse": math.sqrt(loss) * self.spec.target_scale}
+        if self.regression:  # on the standardised target; RMSE back in target units
+            return {"test/loss": loss, "test/rmse": math.sqrt(sq_sum.item() / max(seen, 1)) * self.spec.target_scale}
         return {"test/loss": loss, "test/acc": correct.item() / max(seen, 1)}
 
     def _input(self, x: torch.Tensor) -> torch.Tensor:

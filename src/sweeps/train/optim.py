@@ -1,5 +1,6 @@
-"""The optimizer and its schedule: SGD or Adam at the scaled learning rate, the implementation
-(``optimizer.impl``: fused, foreach, loop) and the per-epoch lr schedule.
+"""The optimizer and its schedule, each a Hydra ``_target_`` (:mod:`sweeps.config.targets`): the
+optimizer at the scaled learning rate with its implementation (``optimizer.impl``: fused, foreach,
+loop), and the per-epoch lr schedule.
 
 ``optimizer.impl``: ``fused`` (one kernel per parameter group, CPU and CUDA), ``foreach``
 (batched kernels over the parameter list) or ``loop`` (one parameter at a time); ``auto`` is
@@ -14,6 +15,8 @@ import logging
 import torch
 from omegaconf import DictConfig
 
+from sweeps.config.targets import call_target, declares, locate
+from sweeps.errors import UsageError
 from sweeps.names import OPTIMIZER_IMPLS
 
 log = logging.getLogger("sweeps")
@@ -35,25 +38,34 @@ def optimizer_kwargs(impl: str, device: torch.device, scaled: bool = False) -> d
     return {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}[impl]
 
 
-def make_optimizer(cfg: DictConfig, params, lr: float, **impl) -> torch.optim.Optimizer:
-    """SGD (momentum, Nesterov, weight decay) or Adam from the ``optimizer`` node at ``lr``;
-    ``impl``: ``fused=True`` / ``foreach=...`` (see :func:`sweeps.train.speed.optimizer_kwargs`)."""
-    if cfg.name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                               weight_decay=cfg.weight_decay, **impl)
-    if cfg.name == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, **impl)
-    raise ValueError(f"optimizer.name={cfg.name!r} is unknown: use sgd or adam")
+def make_optimizer(cfg: DictConfig, params, lr: float, device: torch.device,
+                   scaled: bool = False) -> torch.optim.Optimizer:
+    """The optimizer ``cfg`` (the ``optimizer`` node) names by ``_target_`` — any
+    ``torch.optim`` class or the user's, called as ``target(params, lr=lr, **option keys)`` —
+    at the scaled ``lr``, with the implementation ``optimizer.impl`` asks for where the class
+    takes ``fused``/``foreach`` (``impl=auto`` on a class without them: its own default).
+
+    Raises:
+        UsageError: the target does not import or rejects its arguments; ``impl=fused`` or
+            ``foreach`` on a class without that argument.
+    """
+    impl = optimizer_kwargs(cfg.impl, device, scaled)
+    target = locate(cfg, "optimizer")
+    for key in list(impl):
+        if not declares(target, key):
+            if cfg.impl != "auto":
+                raise UsageError(f"optimizer.impl={cfg.impl}: {cfg._target_} has no {key} implementation; "
+                                 "use optimizer.impl=auto")
+            del impl[key]
+    return call_target(cfg, "optimizer", params, lr=lr, **impl)
 
 
 def make_schedule(cfg: DictConfig, optimizer: torch.optim.Optimizer, epochs: int):
-    """Per-epoch lr schedule: ``multistep`` (× gamma at each milestone, given as fractions of
-    ``epochs``: 0.5, 0.8 → epochs 50 and 80 of 100), ``constant`` or ``cosine`` (to 0 at the end)."""
-    if cfg.name == "multistep":
-        milestones = sorted({round(f * epochs) for f in cfg.milestones})
-        return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones, gamma=cfg.gamma)
-    if cfg.name == "constant":
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    if cfg.name == "cosine":
-        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs)
-    raise ValueError(f"schedule.name={cfg.name!r} is unknown: use multistep, constant or cosine")
+    """The per-epoch lr schedule ``cfg`` (the ``schedule`` node) names by ``_target_`` — any
+    ``torch.optim.lr_scheduler`` class or the user's, called as ``target(optimizer, **option
+    keys)`` plus ``epochs=`` where it names that argument — stepped once per epoch.
+
+    Raises:
+        UsageError: the target does not import or rejects its arguments.
+    """
+    return call_target(cfg, "schedule", optimizer, supplied={"epochs": epochs})

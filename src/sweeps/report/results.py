@@ -1,0 +1,71 @@
+"""A sweep's jobs as a table for Python users: :func:`results` (a ``pandas.DataFrame``, one row
+per job, the report's columns) and :func:`job_record` (one row as a dict), from the same MLflow
+runs the report reads."""
+from __future__ import annotations
+
+from typing import Any
+
+from mlflow import MlflowClient
+
+from sweeps import names
+from sweeps.report.runs import Job, job_from_run
+from sweeps.report.selection import Selection, select_jobs
+from sweeps.tracking import store
+
+# The report's figures per job (reference table, inference and max_batch tables), in its order.
+COLUMNS = (names.FIRST_EPOCH_S, names.MEDIAN_EPOCH_S, names.TOTAL_S, names.FINAL_ACC, names.FINAL_RMSE,
+           names.PEAK_MB, names.OVERHEAD_S, names.JOB_S, names.SAMPLES_PER_S, names.INFER_MEDIAN_MS,
+           names.MAX_BATCH, names.ENERGY_J_PER_SAMPLE)
+
+
+def job_record(job: Job) -> dict[str, Any]:
+    """One job as a flat dict: ``run_id``, ``name``, ``outcome``, ``error``, ``model``,
+    ``dataset``, ``device``, ``batch`` (examples per step, a number: the logged ``batch_size``),
+    ``lr``, every swept key (its value as typed), then the report's figures (:data:`COLUMNS`,
+    units in their names; ``None`` where the job logged none)."""
+    row: dict[str, Any] = {"run_id": job.run_id, "name": job.name, "outcome": job.outcome, "error": job.error,
+                           "sweep": job.tags.get(names.PARENT_RUN_TAG, "")}
+    for key in ("model", "dataset", "device", "optimizer", "precision", "task"):
+        row[key] = job.params.get(key)
+    row.update({k: v for k, v in job.swept.items() if k not in row})
+    row["batch"] = job.batch if job.batch is not None else job.params.get("batch")
+    row["lr"] = job.metrics.get(names.LR)
+    row.update({key: job.metrics.get(key) for key in COLUMNS})
+    return row
+
+
+def results(experiment: str, *, tracking_uri: str | None = None, sweep: str | None = None):
+    """The jobs of ``experiment`` (only those of the sweep whose parent run id is ``sweep``, when
+    given) in the store at ``tracking_uri`` (default: ``$MLFLOW_TRACKING_URI``, else
+    ``./mlruns``), oldest first, as a ``pandas.DataFrame`` — one row per job, the columns of
+    :func:`job_record`.
+
+    Raises:
+        LookupError: no such experiment or sweep, or no job in it (one line saying what exists).
+    """
+    import pandas as pd
+
+    client = MlflowClient(store.resolve_uri(tracking_uri))
+    try:
+        jobs = select_jobs(client, Selection(experiments=[experiment], sweeps=[sweep] if sweep else []))
+    except ValueError as e:  # the selection's own one-line message
+        raise LookupError(str(e)) from None
+    return pd.DataFrame([job_record(j) for j in jobs])
+
+
+def sweep_records(tracking_uri: str, parent_run_id: str) -> list[dict[str, Any]]:
+    """One :func:`job_record` per job of the sweep ``parent_run_id``, in the order they ran;
+    jobs skipped as already done appear with ``outcome`` ``skipped`` and the figures of the run
+    that did them."""
+    client = MlflowClient(tracking_uri)
+    parent = client.get_run(parent_run_id)
+    rows = [job_record(job_from_run(r)) for r in store.child_runs(client, parent.info.experiment_id, parent_run_id)]
+    for key, run_id in parent.data.tags.items():
+        if key.startswith(names.SKIPPED_TAG_PREFIX):
+            rows.append({**job_record(job_from_run(client.get_run(run_id))), "outcome": names.SKIPPED})
+    return rows
+
+
+def single_record(tracking_uri: str, run_id: str) -> dict[str, Any]:
+    """:func:`job_record` of the one run ``run_id`` (a job run without ``-m``)."""
+    return job_record(job_from_run(MlflowClient(tracking_uri).get_run(run_id)))
