@@ -3,6 +3,7 @@ read any experiment's jobs back as a table with :func:`results` (notebooks, scri
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import sys
@@ -52,6 +53,8 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
     outcome.reset()
     saved_argv, saved_env = sys.argv, dict(os.environ)
     saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()  # Hydra gives each job console and file handlers: the caller's come back
+    saved_handlers, saved_level = root.handlers[:], root.level
     sys.argv = ["sweeps", *args]
     code: Any = 0
     try:
@@ -67,6 +70,14 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
         for s, handler in saved_signals.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
         GlobalHydra.instance().clear()
+        for handler in root.handlers[:]:
+            if handler not in saved_handlers:
+                root.removeHandler(handler)
+                handler.close()
+        for handler in saved_handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(saved_level)
     if code == 2:
         raise UsageError(err.last_error() or "bad input (see the lines above)")
     if code in (130, 143):

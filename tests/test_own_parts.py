@@ -1,0 +1,216 @@
+"""The user's own model, data, optimizer and loss, from the user's own folder (``--config-dir``),
+through the one extension mechanism (Hydra ``_target_``), and the Python entry (``sweeps.run``,
+``sweeps.results``). Every job runs for real in-process against a real sqlite store; the user's
+modules are real files written into the test's folder and imported from there."""
+from __future__ import annotations
+
+import math
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, cli_in_process, runs, store
+
+TINY = ["dataset.train_size=128", "dataset.test_size=32", "device=cpu", "epochs=2"]
+
+
+@pytest.fixture
+def user_folder(tmp_path, monkeypatch):
+    """``write(files)`` puts the user's files under tmp_path (``conf/...`` and modules) and makes
+    the folder importable, as ``python -m sweeps`` run from it would; the modules are forgotten
+    afterwards (every test's package has a name of its own)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = set(sys.modules)
+
+    def write(files: dict[str, str]) -> Path:
+        for name, text in files.items():
+            path = tmp_path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text))
+        return tmp_path
+
+    yield write
+    for name in set(sys.modules) - before:
+        if name.startswith("userpkg_") or name.startswith("mynets"):
+            del sys.modules[name]
+
+
+def _lines(proc) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("sweeps: error:")]
+
+
+def test_the_example_folder_runs_as_a_users_sweep_and_reads_back(tmp_path, user_folder, monkeypatch):
+    """examples/own_model as a user runs it: their 1-D CNN, sequence dataset class, RMSprop from
+    their YAML and their preset — both jobs ok, the runs named by their options, the report's
+    table, and sweeps.results / sweeps.run give one row per job."""
+    import sweeps
+    from sweeps.report.__main__ import main as report
+
+    shutil.copytree(REPO / "examples" / "own_model", tmp_path, dirs_exist_ok=True)
+    user_folder({})
+    args = ["--config-dir", "conf", "-m", "+experiment=waves_batch", "epochs=2", "dataset.n_train=256",
+            "dataset.n_test=64"]
+    proc = cli_in_process(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = [r for r in runs(tmp_path, "waves") if r.data.tags.get("sweeps.kind") != "sweep"]
+    assert [r.data.tags["outcome"] for r in jobs] == ["ok", "ok"]
+    assert {(r.data.params["model"], r.data.params["dataset"], r.data.params["optimizer"]) for r in jobs} == \
+        {("conv1d", "waves", "rmsprop")}
+    assert sorted(r.info.run_name.split(" #")[0] for r in jobs) == ["conv1d b32 cpu", "conv1d b64 cpu"]
+    assert jobs[0].data.params["optimizer._target_"] == "torch.optim.RMSprop"
+    assert jobs[0].data.params["data.input_shape"] == "1x128"  # read from the first example
+
+    uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    table = sweeps.results("waves", tracking_uri=uri)
+    assert len(table) == 2 and {"outcome", "batch", "time/median_epoch_s"} <= set(table.columns)
+    assert sorted(table["batch"]) == [32, 64] and (table["outcome"] == "ok").all()
+    assert (table["time/median_epoch_s"] > 0).all()
+
+    monkeypatch.chdir(tmp_path)
+    assert report(["--experiment", "waves"]) == 0
+    records = sweeps.run(["+experiment=waves_batch", "epochs=2", "dataset.n_train=256", "dataset.n_test=64"],
+                         config_dir="conf")  # the same sweep again: both done, so skipped
+    text = next((tmp_path / "reports").glob("*/report.md")).read_text()
+    assert "| batch |" in text and "| 32 |" in text and "| 64 |" in text
+    assert [r["outcome"] for r in records] == ["skipped", "skipped"]
+    assert sorted(r["batch"] for r in records) == [32, 64]
+    assert {r["run_id"] for r in records} == {r.info.run_id for r in jobs}
+
+
+def test_adamw_with_warmup_cosine_logs_the_scaled_lr_and_warms_up(in_process, tmp_path):
+    """Config alone: AdamW at lr = base_lr × batch / base_batch (logged ``lr``), the epochs' lr
+    rising linearly from start_factor × lr over the warm-up, then annealed by the cosine."""
+    outcome = in_process(["model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]", *TINY, "epochs=4", "batch=64",
+                          "optimizer=adamw", "schedule=warmup_cosine", "schedule.warmup_epochs=2",
+                          "lr_scaling=linear", "lr_scaling.base_batch=32"])
+    assert outcome == "ok"
+    run = runs(tmp_path)[-1]
+    lr = 0.001 * 64 / 32
+    assert math.isclose(run.data.metrics["lr"], lr)
+    assert run.data.params["optimizer._target_"] == "torch.optim.AdamW"
+    history = [m.value for m in sorted(store(tmp_path).get_metric_history(run.info.run_id, "train/lr"),
+                                       key=lambda m: m.step)]
+    expected = [0.1 * lr, 0.55 * lr, lr, lr / 2]  # LinearLR 0.1 → 1 over 2 epochs, then cosine over 2
+    assert len(history) == 4 and all(math.isclose(a, b, rel_tol=1e-6) for a, b in zip(history, expected)), history
+
+
+def test_an_optimizer_and_loss_given_only_in_the_users_yaml(tmp_path, user_folder):
+    """``_target_: torch.optim.RMSprop`` in the user's conf/optimizer/ runs with config alone at
+    the lr the scaling rule gives; the user's loss (L1) trains, and RMSE is still the root of the
+    mean squared error, in target units."""
+    user_folder({"conf/optimizer/rms.yaml": """\
+        _target_: torch.optim.RMSprop
+        _partial_: true
+        base_lr: 0.01
+        alpha: 0.9
+        """, "conf/loss/l1.yaml": "_target_: torch.nn.L1Loss\n"})
+    proc = cli_in_process(["--config-dir", "conf", "model=mlp_tabular", "dataset=diabetes", "optimizer=rms",
+                           "loss=l1", "lr_scaling=sqrt", "lr_scaling.base_batch=16", "batch=64", "device=cpu",
+                           "epochs=3"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = runs(tmp_path)[-1]
+    assert run.data.tags["outcome"] == "ok"
+    assert math.isclose(run.data.metrics["lr"], 0.01 * math.sqrt(64 / 16))
+    assert (run.data.params["optimizer"], run.data.params["optimizer.alpha"]) == ("rms", "0.9")
+    assert run.data.params["loss._target_"] == "torch.nn.L1Loss"
+    # test/loss is the L1 loss (mean absolute error, standardised); RMSE in target units comes from
+    # the squared errors: at least the MAE (same residuals), and not the root of the L1 loss
+    from sweeps.data.builtin import diabetes
+
+    scale = diabetes(0.2, seed=0)[2].target_scale
+    loss, rmse = run.data.metrics["test/loss"], run.data.metrics["test/final_rmse"]
+    assert rmse / scale >= loss and not math.isclose(rmse, math.sqrt(loss) * scale, rel_tol=0.01)
+
+
+def test_a_users_dataset_class_with_inferred_spec(tmp_path, user_folder):
+    """A dataset callable returning (train, test) of the user's own Dataset class: the input shape
+    from the first example; int targets → classes counted (largest label + 1); scalar float
+    targets → regression, shaped like the model's outputs. No files named: the identity is the
+    config alone, with one warning line."""
+    user_folder({"userpkg_seq/__init__.py": """\
+        import torch
+        from torch.utils.data import Dataset
+
+        class Seq(Dataset):
+            def __init__(self, n, length, regression, seed):
+                g = torch.Generator().manual_seed(seed)
+                self.x = torch.randn(n, 2, length, generator=g)
+                self.y = self.x.mean((1, 2)) if regression else (self.x[:, 0, 0] > 0).long() * 4
+            def __len__(self):
+                return len(self.x)
+            def __getitem__(self, i):
+                return self.x[i], (float(self.y[i]) if self.y.is_floating_point() else int(self.y[i]))
+
+        def make(n_train, length, regression=False, seed=0):
+            return Seq(n_train, length, regression, seed), Seq(32, length, regression, seed + 1)
+        """, "conf/dataset/seq.yaml": """\
+        _target_: userpkg_seq.make
+        n_train: 96
+        length: 12
+        """})
+    base = ["--config-dir", "conf", "model=mlp", "model.hidden=[16]", "dataset=seq", "device=cpu", "epochs=2",
+            "batch=32"]
+    proc = cli_in_process(base, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dataset=seq names no files" in proc.stdout + proc.stderr  # the job's log (Hydra: stdout)
+    run = runs(tmp_path)[-1]
+    assert run.data.tags["outcome"] == "ok" and run.data.tags["sweeps.data_fingerprint"] == "config-only"
+    assert run.data.params["data.input_shape"] == "2x12" and run.data.params["dataset.name"] == "seq"
+    assert "test/final_acc" in run.data.metrics  # labels 0 and 4: five classes, accuracy logged
+    proc = cli_in_process([*base, "+dataset.regression=true"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = runs(tmp_path)[-1]
+    assert run.data.tags["outcome"] == "ok" and "test/final_rmse" in run.data.metrics
+
+
+@pytest.mark.parametrize("files, overrides, says", [
+    ({"conf/model/ghost.yaml": "_target_: userpkg_ghost.Net\n"}, ["model=ghost"],
+     ["model=ghost", "userpkg_ghost.Net cannot be imported", "No module named 'userpkg_ghost'"]),
+    ({}, ["model=mlp", "+model.widht=3"], ["model=mlp", "sweeps.models.MLP rejects its arguments", "widht"]),
+    ({"userpkg_one/__init__.py": "import torch\ndef one():\n    return torch.utils.data.TensorDataset("
+                                 "torch.zeros(4, 2), torch.zeros(4))\n",
+      "conf/dataset/one.yaml": "_target_: userpkg_one.one\n"}, ["dataset=one"],
+     ["dataset=one", "userpkg_one.one returned a TensorDataset", "return (train, test)"]),
+    ({"conf/optimizer/bad.yaml": "_target_: torch.optim.SGD\n_partial_: true\nbase_lr: 0.1\nmomentun: 0.9\n"},
+     ["optimizer=bad"], ["optimizer=bad", "torch.optim.SGD rejects its arguments", "momentun"]),
+    ({}, ["--config-dir", "nowhere"], ["nowhere", "not found"]),
+], ids=["target-not-importable", "constructor-rejects", "dataset-returns-one", "optimizer-typo", "no-config-dir"])
+def test_bad_input_in_user_code_is_one_line_and_exit_2(tmp_path, user_folder, files, overrides, says):
+    """Before any run is opened: one ``sweeps: error:`` line naming the option, the target and
+    the cause, exit 2, no traceback, no job run in the store."""
+    user_folder(files)
+    config_dir = [] if "--config-dir" in overrides else ["--config-dir", "conf"]
+    (tmp_path / "conf").mkdir(exist_ok=True)
+    data = [] if any(o.startswith("dataset=") for o in overrides) else ["dataset=synthetic", "dataset.shape=[1,8,8]"]
+    proc = cli_in_process([*config_dir, *data, *TINY, *overrides], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = _lines(proc)
+    assert len(lines) == 1, proc.stderr[-3000:]
+    for part in says:
+        assert part in lines[0], lines[0]
+    client = store(tmp_path)
+    exp = client.get_experiment_by_name("sweeps")
+    assert exp is None or not client.search_runs([exp.experiment_id])
+
+
+def test_a_users_model_that_raises_in_forward_is_an_error_outcome_and_the_sweep_goes_on(tmp_path, user_folder):
+    user_folder({"userpkg_bad/__init__.py": """\
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self, in_shape, num_outputs):
+                super().__init__()
+                self.fc = nn.Linear(1, num_outputs)
+            def forward(self, x):
+                raise ValueError("my forward is broken")
+        """, "conf/model/bad.yaml": "_target_: userpkg_bad.Net\n"})
+    proc = cli_in_process(["--config-dir", "conf", "-m", "model=bad,mlp", "dataset=synthetic",
+                           "dataset.shape=[1,8,8]", *TINY], tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    jobs = [r for r in runs(tmp_path) if r.data.tags.get("sweeps.kind") != "sweep"]
+    assert [r.data.tags["outcome"] for r in jobs] == ["error", "ok"]
+    assert jobs[0].data.tags["error"] == "ValueError: my forward is broken"
