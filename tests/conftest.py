@@ -86,55 +86,23 @@ def cli_in_process(args: list[str], cwd: Path, fresh_store: bool = False) -> sub
     ./mlruns gets an empty store with its tables made (:func:`seed_store`)."""
     import contextlib
     import io
-    import logging
-    import signal as signal_module
 
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
-
-    from sweeps.launch import cli, job, outcome, signals
+    from sweeps.api import call_cli, command_state
+    from sweeps.launch import cli
 
     if not fresh_store:
         seed_store(cwd)
-    saved_cwd, saved_argv, saved_env = os.getcwd(), sys.argv, dict(os.environ)
-    saved_signals = {s: signal_module.getsignal(s) for s in signals.SIGNALS}
-    root = logging.getLogger()
-    saved_handlers, saved_level = root.handlers[:], root.level
+    saved_cwd = os.getcwd()
     out, err = io.StringIO(), io.StringIO()
-    code = 0
     try:
         os.chdir(cwd)
-        sys.argv = ["sweeps", *args]
-        for key in [k for k in os.environ if k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))]:
-            del os.environ[key]
-        outcome._counts.clear()
-        job.LAST_JOB.clear()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                cli.cli()
-            except SystemExit as e:
-                if isinstance(e.code, str):  # what the interpreter does with sys.exit("message")
-                    print(e.code, file=sys.stderr)
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        with command_state(["sweeps", *args]):
+            for key in [k for k in os.environ if k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))]:
+                del os.environ[key]
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = call_cli(cli.cli)
     finally:
-        for handler in root.handlers[:]:
-            if handler not in saved_handlers:
-                root.removeHandler(handler)
-                handler.close()
-        for handler in saved_handlers:
-            if handler not in root.handlers:
-                root.addHandler(handler)
-        root.setLevel(saved_level)
-        HydraConfig.instance().cfg = None
-        GlobalHydra.instance().clear()
-        for s, handler in saved_signals.items():
-            signal_module.signal(s, handler if handler is not None else signal_module.SIG_DFL)
-        os.environ.clear()
-        os.environ.update(saved_env)
-        sys.argv = saved_argv
         os.chdir(saved_cwd)
-        outcome._counts.clear()
-        job.LAST_JOB.clear()
     return subprocess.CompletedProcess(["python", "-m", "sweeps", *args], code, out.getvalue(), err.getvalue())
 
 

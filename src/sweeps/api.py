@@ -38,9 +38,7 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
             ``config_dir``) — its one line, as the command line prints it.
         KeyboardInterrupt: Ctrl-C (the interrupted job's run is closed ``killed`` first).
     """
-    from hydra.core.global_hydra import GlobalHydra
-
-    from sweeps.launch import cli, job, outcome, sweep
+    from sweeps.launch import cli, job, sweep
 
     args = (["-m"] if multirun else []) + list(overrides)
     if config_dir is not None:
@@ -48,36 +46,8 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
             raise UsageError(f"config_dir={config_dir} is not a folder: give the folder holding your "
                              "model/, dataset/, ... option files")
         args = ["--config-dir", str(Path(config_dir).resolve()), *args]
-    job.LAST_JOB.clear()
-    sweep.LAST_SWEEP.clear()
-    outcome.reset()
-    saved_argv, saved_env = sys.argv, dict(os.environ)
-    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    root = logging.getLogger()  # Hydra gives each job console and file handlers: the caller's come back
-    saved_handlers, saved_level = root.handlers[:], root.level
-    sys.argv = ["sweeps", *args]
-    code: Any = 0
-    try:
-        with contextlib.redirect_stderr(_Tee(sys.stderr)) as err:
-            try:
-                cli.cli()
-            except SystemExit as e:
-                code = e.code
-    finally:
-        sys.argv = saved_argv
-        os.environ.clear()
-        os.environ.update(saved_env)
-        for s, handler in saved_signals.items():
-            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
-        GlobalHydra.instance().clear()
-        for handler in root.handlers[:]:
-            if handler not in saved_handlers:
-                root.removeHandler(handler)
-                handler.close()
-        for handler in saved_handlers:
-            if handler not in root.handlers:
-                root.addHandler(handler)
-        root.setLevel(saved_level)
+    with command_state(["sweeps", *args]), contextlib.redirect_stderr(_Tee(sys.stderr)) as err:
+        code = call_cli(cli.cli)
     if code == 2:
         raise UsageError(err.last_error() or "bad input (see the lines above)")
     if code in (130, 143):
@@ -89,6 +59,57 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
 
         return [single_record(job.LAST_JOB["tracking_uri"], job.LAST_JOB["run_id"])]
     return []
+
+
+def call_cli(entry) -> int:
+    """Call the command line's ``entry`` (:func:`sweeps.launch.cli.cli`) and return its exit status."""
+    try:
+        entry()
+    except SystemExit as e:
+        if isinstance(e.code, str):  # what the interpreter does with sys.exit("message")
+            print(e.code, file=sys.stderr)
+            return 1
+        return 0 if e.code is None else e.code
+    return 0
+
+
+@contextlib.contextmanager
+def command_state(argv: list[str]):
+    """Run a command of the command line in this process as if it were a process of its own:
+    ``sys.argv`` set to ``argv``, the outcome counters and last job/sweep cleared; afterwards
+    everything a run changes in the process put back — argv, environment, SIGINT/SIGTERM handlers,
+    the root logger's handlers and level (Hydra gives each job its own), Hydra's singletons."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    from sweeps.launch import job, outcome, sweep
+
+    saved_argv, saved_env = sys.argv, dict(os.environ)
+    saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    job.LAST_JOB.clear()
+    sweep.LAST_SWEEP.clear()
+    outcome.reset()
+    sys.argv = list(argv)
+    try:
+        yield
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in saved_handlers:
+                root.removeHandler(handler)
+                handler.close()
+        for handler in saved_handlers:
+            if handler not in root.handlers:
+                root.addHandler(handler)
+        root.setLevel(saved_level)
+        HydraConfig.instance().cfg = None
+        GlobalHydra.instance().clear()
+        for s, handler in saved_signals.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv = saved_argv
 
 
 class _Tee:
