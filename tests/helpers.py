@@ -2,6 +2,7 @@
 ``hydra.searchpath`` (tests/conf) and ``PYTHONPATH`` (this folder)."""
 from __future__ import annotations
 
+import os
 import time
 from typing import Sequence
 
@@ -85,4 +86,23 @@ class OOMOnRank(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and torch.distributed.is_initialized() and torch.distributed.get_rank() == self.rank:
             raise torch.OutOfMemoryError(f"CUDA out of memory (test model: rank {self.rank})")
+        return self.net(x)
+
+
+class InterruptOnce(nn.Module):
+    """A small MLP whose forward raises KeyboardInterrupt (a Ctrl-C) at its ``calls``-th call while
+    a file ``flag`` exists in the working directory, removing the file: the same config then
+    resumes (no flag) and trains on with the same arithmetic as a run that was never stopped."""
+
+    def __init__(self, in_shape: Sequence[int], num_outputs: int, calls: int = 10, flag: str = "interrupt.flag"):
+        super().__init__()
+        self.calls, self.flag = calls, flag
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(int(torch.tensor(in_shape).prod()), 16), nn.ReLU(),
+                                 nn.Linear(16, num_outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls -= 1
+        if self.calls < 0 and os.path.exists(self.flag):
+            os.remove(self.flag)
+            raise KeyboardInterrupt
         return self.net(x)

@@ -7,7 +7,7 @@ from pathlib import Path
 from sweeps import names
 
 REPO = Path(__file__).resolve().parents[1]
-METRIC = re.compile(r"`((?:time|train|test|phase|perf|mem|gpu|host|energy|infer|max_batch|model|system)/[a-z0-9_]+)`")
+METRIC = re.compile(r"`((?:time|train|test|phase|perf|mem|gpu|host|energy|infer|max_batch|model|system|target)/[a-z0-9_]+)`")
 
 
 def test_readme_lists_exactly_the_metrics_of_the_names_module():

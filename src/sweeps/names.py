@@ -51,6 +51,9 @@ CHECKPOINTS_TAG = "sweeps.checkpoints"  # "off: <why>" when a full disk stopped 
 LOADER_TAG = "data.loader"  # the loader a training job used and how its worker count was chosen
 PEAK_TAG = "perf.peak"  # the datasheet peak MFU is measured against
 MAX_BATCH_BOUND_TAG = "max_batch.bound"
+TARGET_TAG = "sweeps.target"  # with a target: "reached", or "missed" (all epochs ran without reaching it)
+TARGET_REACHED, TARGET_MISSED = "reached", "missed"
+TARGET_MODES = ("max", "min")  # target.mode: reached when the metric is ≥ (max) or ≤ (min) the value
 COMPILED_TAG = "compiled"  # compile=true: "true", or "false (why)" — whether the model really ran compiled
 ENV_TAG_PREFIX = "env."  # the machine: env.host, env.gpus, env.torch, ... (sweeps.tracking.env)
 
@@ -146,13 +149,18 @@ INFER_P10_MS, INFER_P90_MS, INFER_STD_MS, INFER_WALL_S = "infer/p10_ms", "infer/
 INFER_ITER_MS = "infer/iter_ms"  # series: step = iteration
 MAX_BATCH_TRIAL_METRICS = ("max_batch/batch", "max_batch/fits", "max_batch/peak_mb", "max_batch/predicted")  # step = trial
 MAX_BATCH_TRIALS = "max_batch/trials"
+# Time to a target quality (target.metric reaching target.value; sweeps.train.target): training +
+# evaluation time up to the evaluation that reached it, and the epochs, examples and steps it took
+TO_TARGET_S = "time/to_target_s"
+TARGET_EPOCHS, TARGET_SAMPLES, TARGET_STEPS = "target/epochs", "target/samples", "target/steps"
 
 SUMMARY_METRICS = (FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S, COMPILE_S, WARMUP_S, JOB_S, OVERHEAD_S, OVERHEAD_FRAC,
                    EPOCH_P10_S, EPOCH_P90_S, EPOCH_MAD_S, OTHER_CPU_MEAN_PCT, FINAL_ACC, FINAL_RMSE, PEAK_MB,
                    BATCH_SIZE, LR, PARAMS, WORLD_SIZE, FLOPS_PER_EXAMPLE, PEAK_FLOPS, MAX_BATCH,
                    MAX_BATCH_PEAK_MB, MAX_BATCH_TRIALS, ENERGY_TOTAL_J, ENERGY_TRAIN_J, ENERGY_J_PER_SAMPLE,
                    INFER_MEDIAN_MS, INFER_MEAN_MS, INFER_MIN_MS, INFER_P10_MS, INFER_P90_MS, INFER_STD_MS,
-                   INFER_WALL_S, SAMPLES_PER_S)  # perf/samples_per_s: a summary of inference jobs only
+                   INFER_WALL_S, SAMPLES_PER_S,  # perf/samples_per_s: a summary of inference jobs only
+                   TO_TARGET_S, TARGET_EPOCHS, TARGET_SAMPLES, TARGET_STEPS)
 SERIES_METRICS = (INFER_ITER_MS, *MAX_BATCH_TRIAL_METRICS, REQUEUE_LOST_S)
 REPORT_METRICS = (SCALING_EFFICIENCY,)  # computed by the report, not logged by a job
 

@@ -94,10 +94,27 @@ def validate(cfg: DictConfig) -> None:
         raise UsageError(f"optimizer.base_lr={cfg.optimizer.base_lr} is not valid: use a positive number")
     if cfg.lr_scaling.base_batch <= 0:
         raise UsageError(f"lr_scaling.base_batch={cfg.lr_scaling.base_batch} is not valid: use a positive integer")
+    _validate_target(cfg.target)
     for key in ("train_size", "test_size"):
         value = cfg.dataset[key]
         if value is not None and value <= 0:
             raise UsageError(f"dataset.{key}={value} is not valid: use a positive integer or null (all)")
+
+
+def _validate_target(target: DictConfig) -> None:
+    """``target``: both metric and value or neither; a per-epoch metric; mode max or min."""
+    if target.metric is None and target.value is None:
+        return
+    example = "e.g. target.metric=test/acc target.value=0.9"
+    if target.metric is None or target.value is None:
+        raise UsageError(f"target.metric={target.metric}, target.value={target.value}: set both ({example}), "
+                         "or neither for no target")
+    epoch_metrics = (*names.EPOCH_METRICS, *names.TELEMETRY_EPOCH_METRICS)
+    if target.metric not in epoch_metrics:
+        raise UsageError(f"target.metric={target.metric} is not a per-epoch metric: use test/acc, test/rmse, "
+                         f"test/loss, train/loss, ... ({example})")
+    if target.mode not in names.TARGET_MODES:
+        raise UsageError(f"target.mode={target.mode!r} is unknown: use max (reached when ≥ value) or min (≤ value)")
 
 
 def _validate_ddp(cfg: DictConfig) -> None:

@@ -67,6 +67,16 @@ class EvalConfig:
 
 
 @dataclass
+class TargetConfig:
+    """Time to a target quality (MLPerf Training's time-to-train; see :mod:`sweeps.train.target`)."""
+
+    metric: Optional[str] = None  # a per-epoch metric, e.g. test/acc or test/rmse (None: no target)
+    value: Optional[float] = None  # the quality to reach
+    mode: str = "max"  # max: reached when metric ≥ value | min: when metric ≤ value
+    stop: bool = False  # true: the job ends at the epoch that reached it; false: it runs all epochs
+
+
+@dataclass
 class Config:
     # Groups: a closed group's option brings its own schema (schema/<group>/<option>); a _target_
     # group's node is its target's arguments plus sweeps' own keys (sweeps.config.targets). A type
@@ -89,6 +99,7 @@ class Config:
     resume: bool = True  # skip jobs already done (ok/oom) in the experiment; resume killed ones
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    target: TargetConfig = field(default_factory=TargetConfig)
     deterministic: bool = False  # deterministic kernels (slower on GPU); CPU runs are deterministic anyway
     task: str = "train"  # train | inference | max_batch
     compile: bool = False  # torch.compile the model; compilation + warm-up logged as time/compile_s

@@ -54,6 +54,7 @@ def build(client: MlflowClient, parent, out: Path) -> Path:
                                                         out / "epoch_time_vs_batch.png", logy=True)),
         ("Accuracy vs batch size", plots.versus_batch(jobs, "test/final_acc", "test accuracy",
                                                       out / "accuracy_vs_batch.png")),
+        ("Steps and examples to target vs batch size", plots.to_target(jobs, out / "to_target.png")),
         ("Phase breakdown per iteration", plots.phase_breakdown(jobs, out / "phases.png")),
         ("Energy per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), "gpu/energy_j",
                                              "energy per epoch [J]", out / "energy_per_epoch.png")),

@@ -177,3 +177,49 @@ def grouped_phases(cells: dict[str, dict[str, list[float]]], groups: list[str], 
     ax.set_ylabel("ms per iteration")
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def to_target(jobs: list[Job], path: Path) -> Path | None:
+    """Steps and examples to the target quality against batch size, log–log, one line per
+    model/device (every swept key but batch and repeat): the median over repeats with [min, max]
+    bars, and the perfect-scaling reference through the smallest batch — steps × batch constant,
+    i.e. examples constant (Shallue et al. 2019, "Measuring the Effects of Data Parallelism on
+    Neural Network Training", Fig. 1). A batch whose runs all missed the target is marked."""
+    groups: dict[str, dict[float, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    missed: dict[str, set[float]] = defaultdict(set)
+    for j in jobs:
+        if j.outcome != "ok" or j.batch is None:
+            continue
+        label = j.label(exclude=("batch", "repeat"))
+        if "target/steps" in j.metrics:
+            groups[label][j.batch].append((j.metrics["target/steps"], j.metrics["target/samples"]))
+        elif j.tags.get("sweeps.target") == "missed":
+            missed[label].add(j.batch)
+    if not any(len(points) >= 2 for points in groups.values()):
+        return None
+    fig = Figure(figsize=(10, 4.2))
+    axes = fig.subplots(1, 2)
+    for label, by_batch in groups.items():
+        batches = sorted(by_batch)
+        for ax, i in zip(axes, (0, 1)):
+            values = [sorted(v[i] for v in by_batch[b]) for b in batches]
+            mid = [v[len(v) // 2] for v in values]
+            line = ax.errorbar(batches, mid, yerr=[[m - v[0] for m, v in zip(mid, values)],
+                                                   [v[-1] - m for m, v in zip(mid, values)]],
+                               marker="o", capsize=3, label=label)[0]
+            ref = [mid[0] * batches[0] / b for b in batches] if i == 0 else [mid[0]] * len(batches)
+            ax.plot(batches, ref, ls="--", color=line.get_color(), alpha=0.5)
+            for b in missed.get(label, ()):
+                ax.axvline(b, color=line.get_color(), ls=":", alpha=0.7)
+                ax.annotate("missed", (b, 1), xycoords=("data", "axes fraction"), ha="center", va="bottom",
+                            fontsize=7, color=line.get_color())
+    ticks = sorted({b for by_batch in groups.values() for b in by_batch} | {b for m in missed.values() for b in m})
+    for ax, ylabel in zip(axes, ("steps to target", "examples to target")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [f"{b:.0f}" for b in ticks])
+        ax.set_yscale("log")
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3, which="both")
+    axes[0].legend(fontsize=8, title="dashed: perfect scaling", title_fontsize=8)
+    return _save(fig, path)

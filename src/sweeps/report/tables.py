@@ -71,6 +71,21 @@ def _note(runs: list[Job]) -> str:
     return "; ".join(sorted(n for n in notes if n))
 
 
+def has_target(job: Job) -> bool:
+    """Whether ``job`` ran with a target quality (``target.metric`` set)."""
+    return job.params.get("target.metric") not in (None, "None", "null", "")
+
+
+def target_cell(runs: list[Job]) -> str:
+    """Time to target (s) over ``runs``: ``m [lo, hi]`` of those that reached it, ``missed`` when
+    none did, and ``(k/n missed)`` after the figure when some did not."""
+    times = [j.metrics[names.TO_TARGET_S] for j in runs if names.TO_TARGET_S in j.metrics]
+    missed = sum(1 for j in runs if j.tags.get(names.TARGET_TAG) == names.TARGET_MISSED)
+    if not times:
+        return names.TARGET_MISSED if missed else "-"
+    return _median_spread(times) + (f" ({missed}/{len(runs)} missed)" if missed else "")
+
+
 def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> list[tuple[str, str]]:
     """Study 1's table per group (every swept key but batch and repeat): batch | runs | first
     epoch [s] | median epoch from 2 [s] | total time | accuracy or RMSE | peak MB | overhead |
@@ -80,7 +95,8 @@ def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> l
     flags a row whose epochs spread or whose host was loaded by other processes
     (:func:`sweeps.tracking.reliability.unreliable`). Jobs that did not finish show their outcome
     in place of the times — an OOM as ``OOM (fits up to N)`` when ``fits``
-    (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits."""
+    (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits. Jobs with a target
+    add ``time to target [s]`` (:func:`target_cell`) and ``epochs to target``."""
     groups: dict[str, dict[float | None, list[Job]]] = {}
     for j in jobs:
         if names.INFER_MEDIAN_MS not in j.metrics and j.params.get("task") != "max_batch":
@@ -88,6 +104,9 @@ def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> l
     regression = any(names.FINAL_RMSE in j.metrics for j in jobs)
     headers = ["batch", "runs", "first epoch [s]", "median epoch from 2 [s]", "total time",
                "RMSE" if regression else "accuracy", "peak MB", "overhead [s]", "note"]
+    targeted = any(has_target(j) for j in jobs)
+    if targeted:
+        headers[5:5] = ["time to target [s]", "epochs to target"]
     out = []
     for label, by_batch in groups.items():
         rows, marked = [], False
@@ -103,11 +122,15 @@ def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> l
                 rows.append([shown_batch, f"{len(ok)}/{len(members)}", _median_spread(col(names.FIRST_EPOCH_S)),
                              epoch, hms(statistics.median(totals)) if totals else "-", score,
                              _median_spread(col(names.PEAK_MB), 0), _median_spread(col(names.OVERHEAD_S)), _note(ok)])
+                if targeted:
+                    rows[-1][5:5] = [target_cell(ok), _median_spread(col(names.TARGET_EPOCHS), 0)]
             else:
                 j = members[0]
                 n = (fits or {}).get(memory_key(j.params, j.tags)) if j.outcome == "oom" else None
                 shown = j.outcome.upper() + (f" (fits up to {n})" if n else "")
                 rows.append([shown_batch, f"0/{len(members)}", shown, "", "", "", _f(j.metrics.get(names.PEAK_MB), 0), "", ""])
+                if targeted:
+                    rows[-1][5:5] = ["", ""]
         out.append((label, with_note(md_table(headers, rows), marked)))
     return out
 

@@ -25,6 +25,7 @@ from sweeps.tasks.base import Task, register
 from sweeps.train import distributed, flops
 from sweeps.train.builder import build
 from sweeps.train.loop import summarize
+from sweeps.train.target import met, to_target
 
 
 @register
@@ -53,10 +54,21 @@ class TrainTask(Task):
             start, elapsed = state["epoch"] + 1, state.get("elapsed_s", 0.0)
             job.log.info("resuming from the checkpoint of epoch %d", state["epoch"])
 
+        target = cfg.target if cfg.target.metric is not None else None
+        earlier = getattr(job.epochs, "records", [])  # a resumed job's earlier parts (ranks > 0 keep none)
+        reached = [target is not None and any(met(r, target) for r in earlier)]
+
         def after_epoch(rec: dict) -> None:  # outside the timed epoch: nothing here bends epoch times
             rec = distributed.gather_epoch(rec)  # all ranks' record, reduced (one device: rec itself)
             with_perf(rec)
             job.epochs.append(rec)
+            if target is not None and not reached[0] and met(rec, target):
+                reached[0] = True
+                job.writer.set_tags({names.TARGET_TAG: names.TARGET_REACHED})
+                job.log.info("target %s %s %g reached in epoch %d", target.metric, "≥" if target.mode == "max" else "≤",
+                             target.value, rec["epoch"])
+                if target.stop:  # every rank saw the same reduced record: all stop here
+                    raise TargetReached
             if not math.isfinite(rec[names.TRAIN_LOSS]):
                 raise Diverged(f"non-finite training loss ({rec[names.TRAIN_LOSS]}) in epoch {rec['epoch']}: "
                                f"lower the learning rate (lr={data.lr:g})")
@@ -70,8 +82,17 @@ class TrainTask(Task):
                     except Exception as e:  # the store may sit on the same full disk
                         job.log.warning("could not tag the run with it (%s)", type(e).__name__)
 
-        training.trainer.fit(training.train_loader, training.test_loader, cfg.epochs, after_epoch,
-                             start_epoch=start, elapsed_s=elapsed, eval_every=cfg.eval.every_epochs)
+        try:
+            training.trainer.fit(training.train_loader, training.test_loader, cfg.epochs, after_epoch,
+                                 start_epoch=start, elapsed_s=elapsed, eval_every=cfg.eval.every_epochs)
+        except TargetReached:  # target.stop: the job's work is done at that epoch
+            return
+        if target is not None and not reached[0]:  # every epoch ran without reaching it; the job is still ok
+            job.writer.set_tags({names.TARGET_TAG: names.TARGET_MISSED})
 
     def summarise(self, records: list[dict]) -> dict[str, float]:
-        return summarize(records, self.regression)
+        return {**summarize(records, self.regression), **to_target(records, self.cfg.target)}
+
+
+class TargetReached(Exception):
+    """Raised after the epoch that reached ``target`` when ``target.stop``: ends the epochs."""

@@ -1,0 +1,127 @@
+"""Time to a target quality (``target.*``): per job, from its own per-epoch history, stopped there
+when asked, missed without harm, and counted once across a kill and resume. Real jobs on
+scikit-learn's diabetes data in-process against a real sqlite store."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import TEST_CONF, runs, store
+from sweeps.errors import UsageError
+
+DIABETES = ["+experiment=diabetes", "batch=128", "device=cpu", TEST_CONF]
+
+
+def _history(cwd: Path, run, key: str) -> list[float]:
+    return [m.value for m in sorted(store(cwd).get_metric_history(run.info.run_id, key), key=lambda m: m.step)]
+
+
+def _first_met(values: list[float], target: float) -> int:
+    return next(i + 1 for i, v in enumerate(values) if v <= target)
+
+
+def test_a_reachable_target_is_timed_from_the_jobs_own_history(in_process, tmp_path):
+    """Reached: the three summaries and the tag, ``target/epochs`` the first epoch whose
+    ``test/rmse`` met it, the time the training + evaluation time up to it (≤ total), the examples
+    and steps the epochs' own; all epochs still run (stop=false)."""
+    assert in_process([*DIABETES, "epochs=6", "target.metric=test/rmse", "target.value=70", "target.mode=min"]) == "ok"
+    run = runs(tmp_path, "diabetes")[-1]
+    m = run.data.metrics
+    assert run.data.tags["sweeps.target"] == "reached"
+    rmse = _history(tmp_path, run, "test/rmse")
+    assert len(rmse) == 6
+    first = _first_met(rmse, 70)
+    assert m["target/epochs"] == first
+    assert m["time/to_target_s"] <= m["time/total_s"]
+    spent = sum(_history(tmp_path, run, "time/epoch_s")[:first]) + sum(_history(tmp_path, run, "time/eval_s")[:first])
+    assert math.isclose(m["time/to_target_s"], spent, rel_tol=1e-6)
+    assert m["target/samples"] == first * 354 and m["target/steps"] == first * math.ceil(354 / 128)
+
+
+def test_stop_ends_the_job_at_the_epoch_that_reached_it(in_process, tmp_path):
+    assert in_process([*DIABETES, "epochs=50", "target.metric=test/rmse", "target.value=70", "target.mode=min",
+                       "target.stop=true"]) == "ok"
+    run = runs(tmp_path, "diabetes")[-1]
+    assert run.data.tags["sweeps.target"] == "reached" and run.data.tags["outcome"] == "ok"
+    rmse = _history(tmp_path, run, "test/rmse")
+    assert len(rmse) == run.data.metrics["target/epochs"] < 50 and rmse[-1] <= 70 < min(rmse[:-1] + [math.inf])
+
+
+def test_an_unreachable_target_is_missed_and_the_job_stays_ok(in_process, tmp_path):
+    assert in_process([*DIABETES, "epochs=4", "target.metric=test/rmse", "target.value=1", "target.mode=min",
+                       "target.stop=true"]) == "ok"
+    run = runs(tmp_path, "diabetes")[-1]
+    assert run.data.tags["sweeps.target"] == "missed" and run.data.tags["outcome"] == "ok"
+    assert len(_history(tmp_path, run, "test/rmse")) == 4
+    assert not {"time/to_target_s", "target/epochs", "target/samples"} & set(run.data.metrics)
+
+
+@pytest.mark.parametrize("overrides, says", [
+    (["target.metric=test/acc"], "target.value"),
+    (["target.metric=test/final_acc", "target.value=0.9"], "not a per-epoch metric"),
+    (["target.metric=test/acc", "target.value=0.9", "target.mode=up"], "target.mode"),
+])
+def test_a_bad_target_is_one_line(in_process, overrides, says):
+    with pytest.raises(UsageError) as e:
+        in_process([*DIABETES, "epochs=2", *overrides])
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_killed_and_resumed_job_times_its_target_like_an_uninterrupted_one(in_process, tmp_path, monkeypatch):
+    """A Ctrl-C in epoch 3, then the rerun resumes: ``target/epochs`` equals an uninterrupted
+    run's with the same seed, and ``time/to_target_s`` sums every epoch up to it once — the time
+    before the kill included."""
+    job = [*DIABETES, "model=interrupt_once", "epochs=6", "checkpoint.every_epochs=1", "target.metric=train/loss",
+           "target.mode=min"]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    monkeypatch.chdir(plain)
+    assert in_process([*job, "target.value=0"]) == "ok"  # unreachable: learn the loss curve first
+    loss = _history(plain, runs(plain, "diabetes")[-1], "train/loss")
+    value = loss[3]  # the 4th epoch's loss: reached after the kill in epoch 3
+    assert in_process([*job, f"target.value={value}", "resume=false"]) == "ok"
+    reference = runs(plain, "diabetes")[-1].data.metrics
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "interrupt.flag").touch()
+    with pytest.raises(KeyboardInterrupt):
+        in_process([*job, f"target.value={value}"])
+    assert runs(tmp_path, "diabetes")[-1].data.tags["outcome"] == "killed"
+    assert in_process([*job, f"target.value={value}"]) == "ok"
+    run = runs(tmp_path, "diabetes")[-1]
+    assert run.data.tags["resumed"] == "true"
+    m = run.data.metrics
+    assert m["target/epochs"] == reference["target/epochs"] == _first_met(loss, value)
+    first = int(m["target/epochs"])
+    epochs = _history(tmp_path, run, "time/epoch_s")
+    evals = _history(tmp_path, run, "time/eval_s")
+    assert len(epochs) == 6  # every epoch logged once
+    assert math.isclose(m["time/to_target_s"], sum(epochs[:first]) + sum(evals[:first]), rel_tol=1e-6)
+    assert m["time/to_target_s"] > sum(epochs[2:first])  # more than the resumed part alone
+
+
+@pytest.mark.slow
+def test_offline_mnist_reaches_its_target_at_every_batch_and_the_report_shows_it(tmp_path, shared_data):
+    """The offline MNIST preset (real digits in ../shared/data) with its mlp at batch 32…256: every
+    job reaches the preset's target (test accuracy 0.90), and the report's reference table has the
+    time-to-target column and the steps-to-target figure."""
+    from conftest import cli_in_process
+    from sweeps.report.__main__ import main as report
+
+    proc = cli_in_process(["-m", "+experiment=offline_mnist", "model=mlp", "batch=32,64,128,256"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = [r for r in runs(tmp_path, "offline_mnist") if r.data.tags.get("sweeps.kind") != "sweep"]
+    assert len(jobs) == 4 and all(r.data.tags["sweeps.target"] == "reached" for r in jobs)
+    assert all(r.data.metrics["time/to_target_s"] <= r.data.metrics["time/total_s"] for r in jobs)
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        monkeypatch.chdir(tmp_path)
+        assert report(["--experiment", "offline_mnist"]) == 0
+    finally:
+        monkeypatch.undo()
+    folder = next((tmp_path / "reports").iterdir())
+    text = (folder / "report.md").read_text()
+    assert "| time to target [s] | epochs to target |" in text
+    assert (folder / "to_target.png").stat().st_size > 0 and "to_target.png" in text
