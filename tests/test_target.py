@@ -125,3 +125,29 @@ def test_offline_mnist_reaches_its_target_at_every_batch_and_the_report_shows_it
     text = (folder / "report.md").read_text()
     assert "| time to target [s] | epochs to target |" in text
     assert (folder / "to_target.png").stat().st_size > 0 and "to_target.png" in text
+
+
+def test_compare_and_results_carry_the_time_to_target(tmp_path, capsys):
+    """``--compare`` has time/epochs/steps-to-target rows; ``sweeps.results`` the columns and the
+    reached/missed tag."""
+    import sweeps
+    from conftest import cli_in_process
+    from sweeps.report.__main__ import main as report
+
+    proc = cli_in_process(["-m", *DIABETES, "epochs=3", "batch=32,128", "target.metric=test/rmse",
+                           "target.value=70", "target.mode=min"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        monkeypatch.chdir(tmp_path)
+        capsys.readouterr()
+        assert report(["--compare", "--experiment", "diabetes", "--by", "batch"]) == 0
+        out = capsys.readouterr().out
+        table = sweeps.results("diabetes")
+    finally:
+        monkeypatch.undo()
+    assert "| time to target [s] |" in out and "| epochs to target |" in out
+    assert {"time/to_target_s", "target/epochs", "target/steps", "target"} <= set(table.columns)
+    assert set(table["target"]) <= {"reached", "missed"} and len(table) == 2
+    reached = table[table["target"] == "reached"]
+    assert (reached["time/to_target_s"] > 0).all() and (reached["target/epochs"] >= 1).all()

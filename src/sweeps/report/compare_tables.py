@@ -19,7 +19,9 @@ ROWS = (("first epoch [s]", names.FIRST_EPOCH_S), ("samples/s (last epoch)", nam
         *((f"{p} [ms/iteration]", names.phase_ms(p)) for p in names.PHASES),
         ("inference median [ms/batch]", names.INFER_MEDIAN_MS), ("test accuracy", names.FINAL_ACC),
         ("test RMSE", names.FINAL_RMSE), ("energy [J/sample]", names.ENERGY_J_PER_SAMPLE),
-        ("peak memory [MB]", names.PEAK_MB), ("largest batch that fits", names.MAX_BATCH))
+        ("peak memory [MB]", names.PEAK_MB), ("largest batch that fits", names.MAX_BATCH),
+        ("time to target [s]", names.TO_TARGET_S), ("epochs to target", names.TARGET_EPOCHS),
+        ("steps to target", names.TARGET_STEPS))
 EPOCH_ROW = "median epoch from 2 [s]"
 
 

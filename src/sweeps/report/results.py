@@ -15,13 +15,15 @@ from sweeps.tracking import store
 # The report's figures per job (reference table, inference and max_batch tables), in its order.
 COLUMNS = (names.FIRST_EPOCH_S, names.MEDIAN_EPOCH_S, names.TOTAL_S, names.FINAL_ACC, names.FINAL_RMSE,
            names.PEAK_MB, names.OVERHEAD_S, names.JOB_S, names.SAMPLES_PER_S, names.INFER_MEDIAN_MS,
-           names.MAX_BATCH, names.ENERGY_J_PER_SAMPLE)
+           names.MAX_BATCH, names.ENERGY_J_PER_SAMPLE, names.TO_TARGET_S, names.TARGET_EPOCHS,
+           names.TARGET_SAMPLES, names.TARGET_STEPS)
 
 
 def job_record(job: Job) -> dict[str, Any]:
     """One job as a flat dict: ``run_id``, ``name``, ``outcome``, ``error``, ``model``,
     ``dataset``, ``device``, ``batch`` (examples per step, a number: the logged ``batch_size``),
-    ``lr``, every swept key (its value as typed), then the report's figures (:data:`COLUMNS`,
+    ``lr``, ``target`` (``reached``, ``missed`` or None), every swept key (its value as typed),
+    then the report's figures (:data:`COLUMNS`,
     units in their names; ``None`` where the job logged none)."""
     row: dict[str, Any] = {"run_id": job.run_id, "name": job.name, "outcome": job.outcome, "error": job.error,
                            "sweep": job.tags.get(names.PARENT_RUN_TAG, "")}
@@ -30,6 +32,7 @@ def job_record(job: Job) -> dict[str, Any]:
     row.update({k: v for k, v in job.swept.items() if k not in row})
     row["batch"] = job.batch if job.batch is not None else job.params.get("batch")
     row["lr"] = job.metrics.get(names.LR)
+    row["target"] = job.tags.get(names.TARGET_TAG)  # reached | missed | None (no target)
     row.update({key: job.metrics.get(key) for key in COLUMNS})
     return row
 
