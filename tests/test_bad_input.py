@@ -96,18 +96,32 @@ def test_unknown_model_fails_at_composition_with_the_options(cli):
 
 @pytest.mark.fresh_store
 def test_composition_error_in_a_multirun_leaves_no_parent_run(tmp_path):
-    """Hydra composes every job of a sweep before the first runs: a typo in the second job's
-    values stops the sweep in one line, exit 2, and its parent run (no job in it) is deleted."""
+    """Every job of a sweep is composed and checked before the first runs (and before the sweep's
+    parent run opens): a typo in the second job's values stops the sweep in one line, exit 2,
+    naming that job, and the store holds no run at all."""
     from mlflow.entities import ViewType
 
     proc = cli_in_process(["-m", "model=mlp,resnet5", "dataset=synthetic", "device=cpu"], tmp_path, fresh_store=True)
     assert proc.returncode == 2
-    assert "Could not find 'model/resnet5'" in _one_error_line(proc)
-    client = store(tmp_path)
-    exp = client.get_experiment_by_name("sweeps")
-    assert client.search_runs([exp.experiment_id]) == []
-    (parent,) = client.search_runs([exp.experiment_id], run_view_type=ViewType.DELETED_ONLY)
-    assert parent.info.status == "FAILED"
+    line = _one_error_line(proc)
+    assert "Could not find 'model/resnet5'" in line and "job model=resnet5" in line
+    if (tmp_path / "mlruns" / "mlflow.db").exists():
+        client = store(tmp_path)
+        exp = client.get_experiment_by_name("sweeps")
+        assert exp is None or client.search_runs([exp.experiment_id], run_view_type=ViewType.ALL) == []
+
+
+def test_a_bad_value_anywhere_in_a_sweep_stops_it_before_the_first_job(tmp_path):
+    """``-m batch=128,abc``: the ``batch=128`` job does not run first; one line naming the bad
+    job, exit 2, nothing in the store."""
+    proc = cli_in_process(["-m", "model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=64",
+                           "dataset.test_size=16", "device=cpu", "epochs=1", "batch=128,abc"], tmp_path,
+                          fresh_store=True)
+    assert proc.returncode == 2
+    line = _one_error_line(proc)
+    assert line.startswith("sweeps: error: job ") and "batch=abc" in line and "positive integer" in line
+    assert "#0 :" not in proc.stdout + proc.stderr  # Hydra's "launching job #0" line: no job started
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
 
 
 @pytest.mark.fresh_store

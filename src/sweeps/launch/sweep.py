@@ -20,6 +20,7 @@ from sweeps import names
 from sweeps.launch import outcome
 from sweeps.tracking import naming, resume, store
 from sweeps.tracking.console import summary_table
+from sweeps.launch.sweep_check import check_sweep
 from sweeps.tracking.env import environment_tags
 from sweeps.tracking.reliability import unreliable
 from sweeps.errors import UsageError, brief
@@ -141,6 +142,7 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
+            check_sweep(config)  # every job's values, before the parent run opens and any job starts
             client, experiment_id = store.prepare(config)
         except UsageError as e:
             stop(e)

@@ -1,0 +1,62 @@
+"""A sweep checked whole before its first job: every job the sweeper will launch is composed and
+its values checked (``sweeps.config.complete`` and ``validate``), so ``-m batch=128,abc`` stops
+with one line before ``batch=128`` runs — not after it, with a half-done sweep behind it.
+
+What only a job can check (its data's files, its parts' constructors) is still found by the job
+itself, before its run opens."""
+from __future__ import annotations
+
+import logging
+import time
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, open_dict
+
+from sweeps.config import complete, validate
+from sweeps.errors import UsageError
+
+log = logging.getLogger("sweeps")
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def job_overrides(config: DictConfig) -> list[list[str]]:
+    """The override lists of every job Hydra's basic sweeper will launch for ``config`` (the
+    sweep's own config): its ``hydra.sweeper.params`` and the command line's overrides, expanded
+    as :meth:`BasicSweeper.sweep` expands them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    overrides = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+def check_sweep(config: DictConfig) -> int:
+    """Compose and check every job of the sweep ``config``; returns how many were checked (0 when
+    the sweeper is not Hydra's basic one, whose jobs cannot be listed in advance).
+
+    Raises:
+        UsageError: the first job whose config is bad — one line naming the job's overrides and
+            what is wrong (``sweeps.config.validate``'s or Hydra's message).
+    """
+    if str(config.hydra.sweeper.get("_target_")) != BASIC_SWEEPER:
+        return 0
+    from hydra.errors import HydraException
+
+    from sweeps.launch.cli import one_line
+
+    loader = GlobalHydra.instance().config_loader()
+    started = time.perf_counter()
+    jobs = job_overrides(config)
+    for overrides in jobs:
+        try:
+            cfg = loader.load_sweep_config(config, list(overrides))
+            with open_dict(cfg):
+                del cfg["hydra"]  # a job's own config, as the job sees it
+            validate(complete(cfg))
+        except HydraException as e:
+            raise UsageError(f"job {' '.join(overrides)}: {one_line(e)}") from None
+        except UsageError as e:
+            raise UsageError(f"job {' '.join(overrides)}: {e}") from None
+    log.debug("checked the configs of %d jobs in %.2f s", len(jobs), time.perf_counter() - started)
+    return len(jobs)
