@@ -114,3 +114,37 @@ def test_the_journal_failing_switches_checkpoints_off_too(tmp_path, in_process, 
     _full_tmpfs(tmp_path / "ck", mounts)
     assert in_process([*TINY, "checkpoint.dir=ck", "checkpoint.every_epochs=1"]) == "ok"
     assert saved == []
+
+
+@pytest.mark.slow
+def test_a_store_locked_longer_than_sqlites_default_wait_is_waited_for_quietly(tmp_path, caplog):
+    """Another process holding the sqlite store's write lock for 7 s (pysqlite gives up after 5 s
+    by default): a run's writes wait for it and land; no ERROR record from MLflow's store."""
+    import logging
+    import sqlite3
+    import threading
+    import time
+
+    from mlflow import MlflowClient
+
+    from sweeps.tracking.store import quiet_sqlite
+    from sweeps.tracking.writer import RunWriter
+
+    quiet_sqlite()  # as store.prepare does before the first connection
+    db = tmp_path / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{db}")
+    experiment = client.create_experiment("locked")
+    writer = RunWriter(client, experiment, "run", None, {})
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")  # what a busy neighbour's write transaction looks like
+    release = threading.Timer(7.0, lambda: (holder.execute("COMMIT"), holder.close()))
+    release.start()
+    started = time.perf_counter()
+    with caplog.at_level(logging.WARNING):
+        writer.log_metrics({"train/loss": 1.0}, step=1)
+        writer.end("FINISHED")
+    release.join()
+    assert time.perf_counter() - started >= 6.5  # it waited for the lock instead of failing at 5 s
+    assert [m.value for m in client.get_metric_history(writer.run_id, "train/loss")] == [1.0]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert writer.lost == 0

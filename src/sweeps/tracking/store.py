@@ -53,6 +53,33 @@ def resolve_uri(explicit: str | None = None) -> str:
     return f"sqlite:///{mlruns / 'mlflow.db'}"
 
 
+SQLITE_BUSY_TIMEOUT_MS = 120_000  # how long an sqlite write waits for another process's lock
+_quiet: list[bool] = []
+
+
+def quiet_sqlite() -> None:
+    """Make an sqlite store shared by many processes (the default ./mlruns, a sweep's jobs on one
+    machine) wait for its lock instead of failing: every sqlite connection this process opens
+    through SQLAlchemy (MLflow's store) gets ``PRAGMA busy_timeout`` of
+    :data:`SQLITE_BUSY_TIMEOUT_MS` (pysqlite's default is 5 s; six processes logging at once on
+    two cores waited longer). MLflow's own ERROR log with a traceback for each "database is
+    locked" is silenced: the run writer retries such a write, says so once, and replays what is
+    still refused from the journal. (No WAL: it is unsafe on the network filesystems a Slurm
+    cluster may keep ./mlruns on.) Idempotent."""
+    if _quiet:
+        return
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    @event.listens_for(Engine, "connect")
+    def _busy_timeout(dbapi_connection, _record) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            dbapi_connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    _quiet.append(True)
+
+
 def prepare(cfg: DictConfig) -> tuple[MlflowClient, str]:
     """Client for the store and the experiment id, creating DB and experiment if needed.
 
@@ -64,6 +91,7 @@ def prepare(cfg: DictConfig) -> tuple[MlflowClient, str]:
         UsageError: the store cannot be opened or the server does not answer (one line).
     """
     uri = tracking_uri(cfg)
+    quiet_sqlite()
     if uri.startswith(("http://", "https://")):
         _check_server(uri)
     try:

@@ -25,6 +25,7 @@ from mlflow.entities import Metric, Param, RunTag
 
 from sweeps import names
 from sweeps.errors import brief
+from sweeps.tracking.store import quiet_sqlite
 
 log = logging.getLogger("sweeps")
 FLUSH_S = 2.0  # seconds between background sends of queued metrics
@@ -43,7 +44,9 @@ class RunWriter:
         self._init(client, client.create_run(experiment_id, run_name=name, tags=tags).info.run_id)
 
     def _init(self, client: MlflowClient, run_id: str) -> None:
+        quiet_sqlite()  # a rank's own client too: wait for a shared sqlite store's lock, quietly
         self.client, self.run_id = client, run_id
+        self._busy_said = False
         self._queue: list[Metric] = []
         self._lock = threading.Lock()  # one sender at a time: the thread, or a flush
         self._wake = threading.Event()
@@ -118,6 +121,10 @@ class RunWriter:
                     log.warning("MLflow: %d metric value(s) of run %s not logged (%s: %s)", len(chunk),
                                 self.run_id, type(e).__name__, brief(e))
                     return
+                if not self._busy_said:  # once per run: the store is busy, the writer waits and retries
+                    self._busy_said = True
+                    log.warning("MLflow: the store is busy (%s: %s); retrying — every epoch is in the journal, "
+                                "nothing is lost", type(e).__name__, brief(e, 80))
                 time.sleep(wait)
 
     def _loop(self) -> None:
