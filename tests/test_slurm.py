@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from conftest import REPO, TEST_CONF, TESTS, run_cli, runs
+from conftest import REPO, TEST_CONF, TESTS, run_cli, runs, store
 
 SCRIPT = REPO / "scripts" / "local_slurm.sh"
 TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32",
@@ -108,7 +108,7 @@ def test_scancel_ends_the_job_killed_and_the_rest_of_the_sweep_goes_on(started, 
     # model.delay_s is slow's own key: slow keeps its default 0.05 s per step here (~2 s epochs)
     proc = _start(["-m", "hydra/launcher=slurm", "model=slow,mlp", "epochs=40", *SLOW[2:]], tmp_path)
     try:
-        job_id, deadline = None, time.time() + 180
+        job_id, deadline = None, time.time() + 300  # the 4-CPU node may still hold other tests' jobs
         while job_id is None and time.time() < deadline and proc.poll() is None:  # the slow job, one epoch in
             time.sleep(1)
             try:
@@ -117,7 +117,11 @@ def test_scancel_ends_the_job_killed_and_the_rest_of_the_sweep_goes_on(started, 
                         job_id = r.data.tags.get("slurm.job_id")
             except Exception:  # the store is still being made
                 continue
-        assert job_id, "the slow job never logged an epoch"
+        if not job_id:
+            queue = subprocess.run(["squeue", "-o", "%i %j %T %R %M"], capture_output=True, text=True).stdout
+            proc.kill()
+            _, err = proc.communicate()
+            pytest.fail(f"the slow job never logged an epoch; squeue:\n{queue}\nsweep stderr:\n{err[-2000:]}")
         subprocess.run(["scancel", job_id], check=True, timeout=30)
         out, err = proc.communicate(timeout=240)
     finally:
@@ -145,21 +149,31 @@ def test_a_job_that_raises_or_runs_out_of_memory_in_slurm(started, tmp_path):
 
 
 def test_bad_input_found_in_a_slurm_job_ends_that_job_alone(started, tmp_path):
-    # epochs=0 composes in the sweep's process; the job's own validate() rejects it on the node
-    proc = run_cli(["-m", "hydra/launcher=slurm", "model=mlp", "epochs=2,0",
-                    *[a for a in TINY if not a.startswith("epochs=")]], tmp_path, timeout=300)
+    # momentum=-1 composes and passes the sweep's own check; only torch.optim.SGD, built by the
+    # job's check_parts on the node, rejects it
+    proc = run_cli(["-m", "hydra/launcher=slurm", "model=mlp", "optimizer.momentum=0.9,-1", *TINY], tmp_path,
+                   timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]  # an errored job, not the sweep's bad input (2)
     parents = [r for r in runs(tmp_path) if "mlflow.parentRunId" not in r.data.tags]
     assert len(parents) == 1  # not deleted by the job's process
     parent = parents[0]
     assert parent.info.status == "FINISHED" and "sweeps.stopped" not in parent.data.tags
     children = _children(tmp_path)
-    assert [(r.data.params["epochs"], r.data.tags["outcome"]) for r in children] == [("2", "ok")]
+    assert [r.data.tags["outcome"] for r in children] == ["ok"]  # the bad job opened no run
     errors = {k: v for k, v in parent.data.tags.items() if k.startswith("slurm.error.")}
-    assert len(errors) == 1 and "epochs=0 is not valid" in next(iter(errors.values())), parent.data.tags
+    assert len(errors) == 1 and "Invalid momentum value" in next(iter(errors.values())), parent.data.tags
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith("sweeps: error: Slurm job")]
-    assert len(line) == 1 and "epochs=0" in line[0] and "is not valid" in line[0], proc.stderr[-3000:]
+    assert len(line) == 1 and "momentum=-1" in line[0] and "Invalid momentum" in line[0], proc.stderr[-3000:]
     assert "killed" not in proc.stdout and "1 job(s): 1 ok" in proc.stdout
+
+
+def test_a_bad_value_in_a_slurm_sweep_stops_it_before_anything_is_submitted(started, tmp_path):
+    proc = run_cli(["-m", "hydra/launcher=slurm", "model=mlp", "epochs=2,0",
+                    *[a for a in TINY if not a.startswith("epochs=")]], tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "epochs=0 is not valid" in proc.stderr and "Submitted" not in proc.stdout + proc.stderr
+    exp = store(tmp_path).get_experiment_by_name("sweeps")
+    assert exp is None or not runs(tmp_path)  # no parent run, no job submitted
 
 
 def test_a_time_limit_requeues_and_resumes_in_the_same_run(requeue_sweep):
