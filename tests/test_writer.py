@@ -2,11 +2,14 @@
 training path, a job's records survive its process, and every epoch reaches the store once."""
 from __future__ import annotations
 
+import csv
 import json
 
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from conftest import runs, store
+from sweeps import names
 from sweeps.tracking import writer as writer_mod
 from sweeps.tracking.epochs import EpochLog, read_journal
 from sweeps.tracking.writer import RunWriter
@@ -99,3 +102,21 @@ def test_console_rows_are_throttled_but_the_first_and_last_always_show(caplog):
     rows = [r.getMessage() for r in caplog.records]
     assert len(rows) == 4  # header, epoch 1, "… 9998 epoch(s) not shown", epoch 10,000
     assert "9998 epoch(s) not shown" in rows[2] and rows[3].split()[0] == "10000"
+
+
+def test_epochs_csv_has_every_column_of_every_epoch(in_process, tiny, tmp_path):
+    """eval.every_epochs=2: epoch 1 has no test metrics, epochs 2 and 4 have them. The artifact's
+    header is the union of the records' columns, and each row's cells sit under their own names."""
+    assert in_process([*tiny, "epochs=4", "eval.every_epochs=2", "telemetry.interval_s=0",
+                       "checkpoint.every_epochs=0"]) == "ok"
+    (run,) = runs(tmp_path)
+    path = store(tmp_path).download_artifacts(run.info.run_id, "epochs.csv", str(tmp_path))
+    with open(path, newline="") as f:
+        header, *rows = list(csv.reader(f))
+    assert {names.TEST_LOSS, names.TEST_ACC, names.TRAIN_LOSS, names.EPOCH_S} <= set(header)
+    assert all(len(row) == len(header) for row in rows)
+    table = [dict(zip(header, row)) for row in rows]
+    assert [r["epoch"] for r in table] == ["1", "2", "3", "4"]
+    assert [bool(r[names.TEST_LOSS]) for r in table] == [False, True, False, True]
+    losses = {int(m.step): m.value for m in store(tmp_path).get_metric_history(run.info.run_id, names.TEST_LOSS)}
+    assert {int(r["epoch"]): float(r[names.TEST_LOSS]) for r in table if r[names.TEST_LOSS]} == losses

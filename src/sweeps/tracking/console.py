@@ -38,10 +38,12 @@ class EpochTable:
         return "  ".join(cells)
 
     def csv(self, records: Sequence[dict]) -> str:
-        """All keys of all records as CSV (the per-epoch table artifact)."""
-        keys = [k for k in records[0]] if records else []
+        """All keys of all records as CSV (the per-epoch table artifact), in the order they first
+        appear. Records differ in their keys (``test/*`` only on epochs that evaluate, with
+        ``eval.every_epochs``): the header is their union and a record's missing cells are empty."""
+        keys = list(dict.fromkeys(k for rec in records for k in rec))
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
+        writer = csv.DictWriter(buf, fieldnames=keys, restval="")
         writer.writeheader()
         writer.writerows(records)
         return buf.getvalue()
