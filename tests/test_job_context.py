@@ -62,7 +62,7 @@ def _assert_killed(tmp_path, sig_name):
 
 def test_sigint_during_training_ends_the_run_killed_and_keeps_the_epochs(tmp_path, in_process, monkeypatch):
     calls = iter(range(100))
-    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a: next(calls) == 1)
+    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a, **k: next(calls) == 1)
     with pytest.raises(KeyboardInterrupt):
         in_process(TINY)
     run = _assert_killed(tmp_path, "SIGINT")
@@ -103,7 +103,7 @@ def test_signal_while_the_job_finishes_keeps_its_real_outcome(tmp_path, in_proce
 
 def test_a_second_ctrl_c_while_finishing_does_not_cut_the_close_short(tmp_path, in_process, monkeypatch):
     calls = iter(range(100))
-    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a: next(calls) == 1)
+    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a, **k: next(calls) == 1)
     _signal_on(monkeypatch, EpochLog, "csv", signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
         in_process(TINY)
@@ -131,7 +131,7 @@ def test_non_finite_loss_ends_the_job_diverged(tmp_path, in_process):
 
 def test_resume_from_an_older_checkpoint_never_logs_a_step_twice(tmp_path, in_process, monkeypatch):
     calls, train_epoch = iter(range(100)), Trainer.train_epoch
-    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a: next(calls) == 4)
+    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a, **k: next(calls) == 4)
     overrides = [*[o for o in TINY if not o.startswith("epochs")], "epochs=6", "checkpoint.keep=5"]
     with pytest.raises(KeyboardInterrupt):
         in_process(overrides)  # epochs 1-4 logged and checkpointed, killed in epoch 5

@@ -48,8 +48,11 @@ class Trainer:
         self.tty = sys.stderr.isatty()
         self.monitor = monitor  # epoch_start(epoch), epoch_end(epoch) -> {metric: value}
 
-    def train_epoch(self, loader: DataLoader, desc: str) -> dict[str, float]:
-        """One pass over ``loader``; returns train loss/acc, phase times and the sample count."""
+    def train_epoch(self, loader: DataLoader, desc: str, resolved: bool = True):
+        """One pass over ``loader``; returns train loss/acc, phase times and the sample count —
+        or, with ``resolved=False``, a function that returns them, for a caller that times the
+        pass: it calls the function once its clock has stopped (after the closing synchronize),
+        so reading the phase events and the device-side sums back is not part of the epoch."""
         model, dev, timer = self.model, self.device, self.timer
         model.train()
         loss_sum = torch.zeros((), device=dev)
@@ -82,7 +85,14 @@ class Trainer:
             timer.mark()  # optimizer
         if self.tty:
             bar.close()
-        phases = timer.summary()  # the one synchronize of the epoch (CUDA)
+        if resolved:  # nobody synchronized the device yet: the timer's resolution does (CUDA)
+            return self._epoch_result(loss_sum, correct, seen, synchronized=False)
+        return lambda: self._epoch_result(loss_sum, correct, seen, synchronized=True)
+
+    def _epoch_result(self, loss_sum: torch.Tensor, correct: torch.Tensor, seen: int,
+                      synchronized: bool) -> dict[str, float]:
+        """The epoch's figures from its phase marks and device-side sums (see :meth:`train_epoch`)."""
+        phases = self.timer.summary(synchronized=synchronized)
         out = {"train/loss": loss_sum.item() / max(seen, 1), "samples": seen,
                "phase/sum_s": phases["total_ms"] / 1e3, "steps": phases["steps"]}
         if not self.regression:
@@ -155,8 +165,9 @@ class Trainer:
             if self.monitor is not None:  # the device is idle here: the last evaluation (or fit) ended synchronized
                 self.monitor.epoch_start(epoch)
             host.start()
-            with wall_clock(self.device) as train_clock:
-                rec = self.train_epoch(train_loader, f"epoch {epoch}/{epochs}")
+            with wall_clock(self.device) as train_clock:  # ends with the epoch's one synchronize (CUDA)
+                result = self.train_epoch(train_loader, f"epoch {epoch}/{epochs}", resolved=False)
+            rec = result()  # events and sums read back after the clock stopped: not timed
             rec["host/other_cpu_pct"] = host.stop()  # noise: other processes' share of the cores
             if self.monitor is not None:  # outside the timed block, after its closing synchronize
                 rec.update(self.monitor.epoch_end(epoch))

@@ -75,8 +75,10 @@ class PhaseTimer:
             self._marks.append(time.perf_counter())
         self._n += 1
 
-    def summary(self) -> dict[str, float]:
-        """Resolve the epoch's marks (one synchronize on CUDA).
+    def summary(self, synchronized: bool = False) -> dict[str, float]:
+        """Resolve the epoch's marks: one synchronize on CUDA, none when ``synchronized`` (the
+        caller has already waited for the device — an epoch's wall clock ends so — and the
+        events are complete).
 
         Returns:
             ``{phase: mean ms per iteration}`` for the four phases, plus ``steps`` (count) and
@@ -86,7 +88,8 @@ class PhaseTimer:
         if n_steps == 0:
             return {**{p: 0.0 for p in PHASES}, "steps": 0, "total_ms": 0.0}
         if self.cuda:
-            self._marks[-1].synchronize()
+            if not synchronized:
+                self._marks[-1].synchronize()
             deltas = [a.elapsed_time(b) for a, b in zip(self._marks, self._marks[1:])]
         else:
             deltas = [(b - a) * 1e3 for a, b in zip(self._marks, self._marks[1:])]
