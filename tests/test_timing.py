@@ -2,11 +2,16 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from sweeps import names
+from sweeps.launch.sweep import summary_row
+from sweeps.tracking.console import summary_table
 from sweeps.train import timing
+from sweeps.train.loop import summarize
 from sweeps.train.timing import PHASES, PhaseTimer, wall_clock
 
 
@@ -94,6 +99,21 @@ def test_events_are_recorded_on_the_jobs_gpu_not_the_current_one(monkeypatch):
     _step(timer, {})
     timer.summary()
     assert [str(e.stream.device) for e in timer._marks] == ["cuda:1"] * 5
+
+
+def _console_summary(epoch_s: list[float]) -> str:
+    """The sweep's closing console table for one finished job with these epoch times (s): its
+    records summarised as the job logs them, read back as the table reads the run."""
+    records = [{"epoch": e, names.EPOCH_S: t, names.ELAPSED_S: sum(epoch_s[:e]), names.EPOCH_PEAK_MB: 1.0,
+                names.OTHER_CPU_PCT: 0.0} for e, t in enumerate(epoch_s, 1)]
+    run = SimpleNamespace(data=SimpleNamespace(metrics=summarize(records, regression=False),
+                                               tags={names.OUTCOME_TAG: names.OK}), info=SimpleNamespace(run_name="job"))
+    return summary_table([summary_row(run)])
+
+
+def test_a_slow_first_epoch_is_warm_up_not_a_spread_note():
+    assert "spread" not in _console_summary([1.0, 0.1, 0.1, 0.1])  # epoch 1 ten times slower: warm-up
+    assert "epochs spread" in _console_summary([0.1, 0.1, 1.0, 0.1])  # the same slow epoch later is noise
 
 
 @pytest.mark.gpu
