@@ -1,4 +1,6 @@
-"""The names module is the one list of what users type and read: the README and conf/ agree with it."""
+"""The names module is the one list of what users type and read: the README, conf/ and the code
+agree with it."""
+import ast
 import re
 import subprocess
 import sys
@@ -57,3 +59,37 @@ def test_comments_that_list_options_in_config_yaml_name_exactly_the_options():
     assert set(listed) == set(names.GROUP_OPTIONS)
     for group, options in listed.items():
         assert options == set(names.GROUP_OPTIONS[group]), group
+
+
+# A string shaped like a metric or tag key: a known family, then "/" (metrics) or "." (tags).
+KEY = re.compile(r"^(time|train|test|phase|perf|mem|infer|energy|gpu|host|system|target|data|env|sweeps|slurm"
+                 r"|max_batch|model)[/.][a-z0-9_./]+$")
+SRC = REPO / "src" / "sweeps"
+
+
+def _strings(tree: ast.AST):
+    """(line, text) of every string literal; an f-string reads with ``x`` for each placeholder,
+    so ``f"phase/{p}_ms"`` is caught as ``phase/x_ms``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+        elif isinstance(node, ast.JoinedStr):
+            yield node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "x" for v in node.values)
+
+
+def _module_path(text: str) -> bool:
+    """``sweeps.tasks.train``, ``sweeps.models.resnet50``: a module of this package, imported by
+    name (tasks register on import, a model's target class), not a key."""
+    parts = text.split(".")
+    return parts[0] == "sweeps" and len(parts) > 1 and ((SRC / parts[1]).is_dir() or (SRC / f"{parts[1]}.py").is_file())
+
+
+def test_every_metric_and_tag_key_in_the_code_comes_from_the_names_module():
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.name == "names.py":
+            continue
+        for line, text in _strings(ast.parse(path.read_text(), str(path))):
+            if KEY.match(text) and not _module_path(text):
+                found.append(f"{path.relative_to(REPO)}:{line}: {text!r}")
+    assert found == [], "keys spelled out instead of taken from sweeps.names:\n" + "\n".join(found)

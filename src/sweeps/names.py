@@ -56,6 +56,11 @@ TARGET_REACHED, TARGET_MISSED = "reached", "missed"
 TARGET_MODES = ("max", "min")  # target.mode: reached when the metric is ≥ (max) or ≤ (min) the value
 COMPILED_TAG = "compiled"  # compile=true: "true", or "false (why)" — whether the model really ran compiled
 ENV_TAG_PREFIX = "env."  # the machine: env.host, env.gpus, env.torch, ... (sweeps.tracking.env)
+ENV_HOST, ENV_CPU, ENV_CORES, ENV_PHYSICAL_CORES = "env.host", "env.cpu", "env.cores", "env.physical_cores"
+ENV_RAM_GB, ENV_OS, ENV_GPUS, ENV_GPU_MEMORY_GB = "env.ram_gb", "env.os", "env.gpus", "env.gpu_memory_gb"
+ENV_POWER_LIMIT_W, ENV_DRIVER, ENV_CUDA = "env.power_limit_w", "env.driver", "env.cuda"
+ENV_CUDA_DRIVER, ENV_CUDNN, ENV_TORCH, ENV_TORCHVISION = "env.cuda_driver", "env.cudnn", "env.torch", "env.torchvision"
+ENV_PYTHON, ENV_GIT_COMMIT = "env.python", "env.git_commit"
 
 # ── how runs read in the MLflow UI (sweeps.tracking.naming, .inputs) ────────────────────────
 # MLflow's own tags (mlflow.note.content, mlflow.source.*, mlflow.user) come from mlflow.utils.mlflow_tags.
@@ -64,6 +69,8 @@ SWEEP_ID_CHARS = 6  # a sweep's short id: the first characters of its parent run
 TRAIN_EXAMPLES, TEST_EXAMPLES = "data.train_examples", "data.test_examples"  # params: examples actually used
 INPUT_SHAPE = "data.input_shape"  # param: one example's shape, e.g. 3x32x32
 DATASET_CONTEXTS = ("train", "eval")  # mlflow.data.context of a job's two dataset inputs
+# tags of a generated dataset's source (no files to point at): what made it, and its fingerprint
+DATASET_GENERATOR_TAG, DATASET_FINGERPRINT_TAG = "sweeps.generator", "sweeps.fingerprint"
 # Per-epoch copies of host/GPU telemetry under MLflow's system-metric names (mlflow/system_metrics/
 # metrics/*.py; MB there is 1e6 bytes), so the run page's System metrics tab shows them.
 SYSTEM_CPU_PCT = "system/cpu_utilization_percentage"  # machine-wide, all cores = 100
@@ -81,15 +88,15 @@ SYSTEM_METRICS = (SYSTEM_CPU_PCT, SYSTEM_MEM_MB, *(system_gpu(0, f) for f in SYS
 
 # ── comparing runs: python -m sweeps.report --compare --by KEY ──────────────────────────────
 # Short names for --by (any tag or param name works too); the default groups by machine.
-COMPARE_BY = {"machine": HARDWARE_TAG, "host": "env.host", "gpu": "env.gpus", "code": "env.git_commit",
-              "torch": "env.torch", "cuda": "env.cuda", "loader": "dataset.loader", "precision": "precision"}
+COMPARE_BY = {"machine": HARDWARE_TAG, "host": ENV_HOST, "gpu": ENV_GPUS, "code": ENV_GIT_COMMIT,
+              "torch": ENV_TORCH, "cuda": ENV_CUDA, "loader": "dataset.loader", "precision": "precision"}
 COMPARE_DEFAULT_BY = "machine"
 # Tags that name the machine: they differ together when machines are compared.
-MACHINE_TAGS = ("env.host", "env.cpu", "env.cores", "env.physical_cores", "env.ram_gb", "env.os", "env.gpus",
-                "env.gpu_memory_gb", "env.power_limit_w", HARDWARE_TAG)
+MACHINE_TAGS = (ENV_HOST, ENV_CPU, ENV_CORES, ENV_PHYSICAL_CORES, ENV_RAM_GB, ENV_OS, ENV_GPUS, ENV_GPU_MEMORY_GB,
+                ENV_POWER_LIMIT_W, HARDWARE_TAG)
 # Software and data a figure also depends on: compared runs that differ here beyond --by are flagged.
-SOFTWARE_TAGS = ("env.torch", "env.torchvision", "env.cuda", "env.cudnn", "env.driver", "env.cuda_driver",
-                 "env.python", "env.git_commit", DATA_TAG)
+SOFTWARE_TAGS = (ENV_TORCH, ENV_TORCHVISION, ENV_CUDA, ENV_CUDNN, ENV_DRIVER, ENV_CUDA_DRIVER, ENV_PYTHON,
+                 ENV_GIT_COMMIT, DATA_TAG)
 
 # ── Slurm (hydra/launcher=slurm, sweeps.launch.slurm): which Slurm job ran a run ─────────────
 SLURM_JOB_TAG = "slurm.job_id"  # <array job id>_<index> for an array task: what squeue and scancel take
@@ -97,6 +104,7 @@ SLURM_ARRAY_INDEX_TAG = "slurm.array_index"  # the task's index in its array (ar
 SLURM_NODE_TAG, SLURM_PARTITION_TAG = "slurm.node", "slurm.partition"
 SLURM_RESTARTS_TAG = "slurm.restarts"  # times Slurm requeued the job so far (SLURM_RESTART_COUNT)
 SLURM_TAGS = (SLURM_JOB_TAG, SLURM_ARRAY_INDEX_TAG, SLURM_NODE_TAG, SLURM_PARTITION_TAG, SLURM_RESTARTS_TAG)
+SLURM_ERROR_TAG_PREFIX = "slurm.error."  # + Slurm job id, on the parent run: a job that raised, and why
 # series, step = restart count: wall seconds from the checkpoint a requeued job resumed from to its restart
 REQUEUE_LOST_S = "time/requeue_lost_s"
 
@@ -125,9 +133,14 @@ def phase_max_ms(phase: str) -> str:
 EPOCH_METRICS = (EPOCH_S, EVAL_S, ELAPSED_S, TRAIN_LOSS, TRAIN_ACC, TRAIN_LR, TEST_LOSS, TEST_ACC, TEST_RMSE,
                  PHASE_SUM_S, *map(phase_ms, PHASES), SAMPLES_PER_S, FLOPS_PER_S, MFU, EPOCH_PEAK_MB, OTHER_CPU_PCT)
 DDP_EPOCH_METRICS = tuple(map(phase_max_ms, PHASES))
-TELEMETRY_EPOCH_METRICS = ("gpu/sm_clock_mhz", "gpu/mem_clock_mhz", "gpu/util_pct", "gpu/mem_used_max_mb",
-                           "gpu/temp_max_c", "gpu/power_w", "gpu/fan_pct", "gpu/throttle_frac", "gpu/energy_j",
-                           "host/cpu_pct", "host/rss_max_mb", "host/sys_mem_used_max_mb")
+# the telemetry sampler's, per training pass (sweeps.telemetry.stats)
+GPU_SM_CLOCK_MHZ, GPU_MEM_CLOCK_MHZ, GPU_UTIL_PCT = "gpu/sm_clock_mhz", "gpu/mem_clock_mhz", "gpu/util_pct"
+GPU_MEM_USED_MAX_MB, GPU_TEMP_MAX_C, GPU_POWER_W = "gpu/mem_used_max_mb", "gpu/temp_max_c", "gpu/power_w"
+GPU_FAN_PCT, GPU_THROTTLE_FRAC, GPU_ENERGY_J = "gpu/fan_pct", "gpu/throttle_frac", "gpu/energy_j"
+HOST_CPU_PCT, HOST_RSS_MAX_MB, HOST_SYS_MEM_USED_MAX_MB = "host/cpu_pct", "host/rss_max_mb", "host/sys_mem_used_max_mb"
+TELEMETRY_EPOCH_METRICS = (GPU_SM_CLOCK_MHZ, GPU_MEM_CLOCK_MHZ, GPU_UTIL_PCT, GPU_MEM_USED_MAX_MB, GPU_TEMP_MAX_C,
+                           GPU_POWER_W, GPU_FAN_PCT, GPU_THROTTLE_FRAC, GPU_ENERGY_J, HOST_CPU_PCT, HOST_RSS_MAX_MB,
+                           HOST_SYS_MEM_USED_MAX_MB)
 
 # Summaries: one value per job (step 0).
 FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S = "time/first_epoch_s", "time/median_epoch_s", "time/total_s"
@@ -147,7 +160,9 @@ ENERGY_TOTAL_J, ENERGY_TRAIN_J, ENERGY_J_PER_SAMPLE = "energy/total_j", "energy/
 INFER_MEDIAN_MS, INFER_MEAN_MS, INFER_MIN_MS = "infer/median_ms", "infer/mean_ms", "infer/min_ms"
 INFER_P10_MS, INFER_P90_MS, INFER_STD_MS, INFER_WALL_S = "infer/p10_ms", "infer/p90_ms", "infer/std_ms", "infer/wall_s"
 INFER_ITER_MS = "infer/iter_ms"  # series: step = iteration
-MAX_BATCH_TRIAL_METRICS = ("max_batch/batch", "max_batch/fits", "max_batch/peak_mb", "max_batch/predicted")  # step = trial
+TRIAL_BATCH, TRIAL_FITS = "max_batch/batch", "max_batch/fits"  # series, step = trial: each batch size tried
+TRIAL_PEAK_MB, TRIAL_PREDICTED = "max_batch/peak_mb", "max_batch/predicted"
+MAX_BATCH_TRIAL_METRICS = (TRIAL_BATCH, TRIAL_FITS, TRIAL_PEAK_MB, TRIAL_PREDICTED)
 MAX_BATCH_TRIALS = "max_batch/trials"
 # Time to a target quality (target.metric reaching target.value; sweeps.train.target): training +
 # evaluation time up to the evaluation that reached it, and the epochs, examples and steps it took

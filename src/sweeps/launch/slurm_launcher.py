@@ -37,7 +37,7 @@ log = logging.getLogger("sweeps")
 # REQUEUED/PENDING, not PREEMPTED); GONE: squeue no longer lists a job it listed (ended, then forgotten)
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
                 "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED", "GONE"}
-JOB_ERROR_TAG_PREFIX = "slurm.error."  # + Slurm job id, on the parent run: a job that raised, and why
+JOB_ERROR_TAG_PREFIX = names.SLURM_ERROR_TAG_PREFIX  # + Slurm job id, on the parent run: a job that raised, and why
 
 
 class SlurmLauncher(SubmititSlurmLauncher):

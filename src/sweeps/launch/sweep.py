@@ -46,13 +46,13 @@ def summary_row(run: Any) -> dict:
            "overhead_s": m.get(names.OVERHEAD_S), "overhead_frac": m.get(names.OVERHEAD_FRAC),
            "note": unreliable(m.get(names.EPOCH_P10_S), m.get(names.EPOCH_P90_S), m.get(names.OTHER_CPU_MEAN_PCT))}
     if names.FINAL_ACC in m:
-        row["final"] = f"acc {m['test/final_acc']:.4f}"
+        row["final"] = f"acc {m[names.FINAL_ACC]:.4f}"
     elif names.FINAL_RMSE in m:
-        row["final"] = f"rmse {m['test/final_rmse']:.2f}"
+        row["final"] = f"rmse {m[names.FINAL_RMSE]:.2f}"
     elif names.INFER_MEDIAN_MS in m:
-        row["final"] = f"{m['infer/median_ms']:.2f} ms/batch"
+        row["final"] = f"{m[names.INFER_MEDIAN_MS]:.2f} ms/batch"
     elif names.MAX_BATCH in m:  # task=max_batch
-        row["final"] = f"fits up to {m['mem/max_batch']:.0f}"
+        row["final"] = f"fits up to {m[names.MAX_BATCH]:.0f}"
     return row
 
 

@@ -32,11 +32,12 @@ def build(client: MlflowClient, parent, out: Path) -> Path:
     jobs = load_jobs(client, parent)
     swept = swept_keys(jobs)
     tags = jobs[0].tags if jobs else parent.data.tags
+    tag = lambda key: tags.get(key, "?")  # noqa: E731
     lines = [f"# Sweep report: {parent.info.run_name}", "",
              f"- experiment id {parent.info.experiment_id}, sweep run `{parent.info.run_id}`, {len(jobs)} jobs",
-             f"- command: `{parent.data.tags.get('sweeps.command', '?')}`",
-             f"- machine: {tags.get('env.cpu', '?')} ({tags.get('env.cores', '?')} cores, {tags.get('env.ram_gb', '?')} GB),"
-             f" GPUs: {tags.get('env.gpus', '?')}; torch {tags.get('env.torch', '?')}, commit {tags.get('env.git_commit', '?')[:12]}",
+             f"- command: `{parent.data.tags.get(names.COMMAND_TAG, '?')}`",
+             f"- machine: {tag(names.ENV_CPU)} ({tag(names.ENV_CORES)} cores, {tag(names.ENV_RAM_GB)} GB),"
+             f" GPUs: {tag(names.ENV_GPUS)}; torch {tag(names.ENV_TORCH)}, commit {tag(names.ENV_GIT_COMMIT)[:12]}",
              f"- generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", ""]
     for label, table in reference_tables(jobs, max_batches(client, parent.info.experiment_id)):
         lines += [f"## {label}", "", table, ""]
@@ -50,15 +51,15 @@ def build(client: MlflowClient, parent, out: Path) -> Path:
     if (table := scaling_efficiency(jobs)) is not None:
         lines += ["## Data-parallel scaling", "", "throughput on N processes / (N × throughput on 1)", "", table, ""]
     figures = [
-        ("Epoch time vs batch size", plots.versus_batch(jobs, "time/median_epoch_s", "median epoch time [s]",
+        ("Epoch time vs batch size", plots.versus_batch(jobs, names.MEDIAN_EPOCH_S, "median epoch time [s]",
                                                         out / "epoch_time_vs_batch.png", logy=True)),
-        ("Accuracy vs batch size", plots.versus_batch(jobs, "test/final_acc", "test accuracy",
+        ("Accuracy vs batch size", plots.versus_batch(jobs, names.FINAL_ACC, "test accuracy",
                                                       out / "accuracy_vs_batch.png")),
         ("Steps and examples to target vs batch size", plots.to_target(jobs, out / "to_target.png")),
         ("Phase breakdown per iteration", plots.phase_breakdown(jobs, out / "phases.png")),
-        ("Energy per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), "gpu/energy_j",
+        ("Energy per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), names.GPU_ENERGY_J,
                                              "energy per epoch [J]", out / "energy_per_epoch.png")),
-        ("Mean GPU power per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), "gpu/power_w",
+        ("Mean GPU power per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), names.GPU_POWER_W,
                                                      "mean power [W]", out / "power_per_epoch.png")),
         ("Inference time by timing method", plots.inference_by_method(jobs, out / "inference_timing.png")),
     ]

@@ -12,6 +12,7 @@ from typing import Callable
 
 from matplotlib.figure import Figure
 
+from sweeps import names
 from sweeps.names import PHASES
 from sweeps.report.runs import Job
 
@@ -60,14 +61,14 @@ def versus_batch(jobs: list[Job], metric: str, ylabel: str, path: Path, logy: bo
 
 def phase_breakdown(jobs: list[Job], path: Path) -> Path | None:
     """Stacked bars: mean data/forward/backward/optimizer time per iteration (last epoch), per job."""
-    rows = [j for j in jobs if all(f"phase/{p}_ms" in j.metrics for p in PHASES)]
+    rows = [j for j in jobs if all(names.phase_ms(p) in j.metrics for p in PHASES)]
     if not rows:
         return None
     fig = Figure(figsize=(max(6.4, 0.7 * len(rows) + 2), 4.4))
     ax = fig.subplots()
     bottom = [0.0] * len(rows)
     for phase in PHASES:
-        values = [j.metrics[f"phase/{phase}_ms"] for j in rows]
+        values = [j.metrics[names.phase_ms(phase)] for j in rows]
         ax.bar(range(len(rows)), values, bottom=bottom, label=phase)
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_xticks(range(len(rows)), [j.label() for j in rows], rotation=30, ha="right", fontsize=8)
@@ -79,12 +80,12 @@ def phase_breakdown(jobs: list[Job], path: Path) -> Path | None:
 def inference_by_method(jobs: list[Job], path: Path) -> Path | None:
     """Median time per batch (p10–p90 whiskers) per inference job, log scale: the naive host
     clock's error against the synchronized and CUDA-event timings is orders of magnitude."""
-    rows = [j for j in jobs if "infer/median_ms" in j.metrics]
+    rows = [j for j in jobs if names.INFER_MEDIAN_MS in j.metrics]
     if not rows:
         return None
-    med = [j.metrics["infer/median_ms"] for j in rows]
-    low = [m - j.metrics.get("infer/p10_ms", m) for m, j in zip(med, rows)]
-    high = [j.metrics.get("infer/p90_ms", m) - m for m, j in zip(med, rows)]
+    med = [j.metrics[names.INFER_MEDIAN_MS] for j in rows]
+    low = [m - j.metrics.get(names.INFER_P10_MS, m) for m, j in zip(med, rows)]
+    high = [j.metrics.get(names.INFER_P90_MS, m) - m for m, j in zip(med, rows)]
     fig = Figure(figsize=(max(6.4, 0.8 * len(rows) + 2), 4.2))
     ax = fig.subplots()
     colors = {"naive": "tab:red", "sync": "tab:blue", "events": "tab:green"}

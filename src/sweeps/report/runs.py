@@ -111,9 +111,9 @@ def memory_key(params: dict[str, str], tags: dict[str, str]) -> tuple:
     shape, precision, channels_last, optimizer, the device actually used and the machine."""
     device = params.get("device", "?")
     if device == "auto":  # auto is cuda where the machine has a GPU
-        device = "cpu" if tags.get("env.gpus", "none") == "none" else "cuda"
+        device = "cpu" if tags.get(names.ENV_GPUS, "none") == "none" else "cuda"
     model = tuple(sorted((k, v) for k, v in params.items() if k == "model" or k.startswith("model.")))
-    return (model, device, tags.get("env.host"), tags.get("env.gpus"),
+    return (model, device, tags.get(names.ENV_HOST), tags.get(names.ENV_GPUS),
             *(params.get(k) for k in _MEMORY_KEYS if not (device == "cpu" and k == "device.index")))
 
 
@@ -124,6 +124,7 @@ def max_batches(client: MlflowClient, experiment_id: str) -> dict[tuple, int]:
     runs = client.search_runs([experiment_id], "params.task = 'max_batch' and tags.outcome = 'ok'",
                               order_by=["attributes.start_time DESC"], max_results=1000)
     for run in runs:
-        if "mem/max_batch" in run.data.metrics:
-            found.setdefault(memory_key(dict(run.data.params), dict(run.data.tags)), int(run.data.metrics["mem/max_batch"]))
+        if names.MAX_BATCH in run.data.metrics:
+            key = memory_key(dict(run.data.params), dict(run.data.tags))
+            found.setdefault(key, int(run.data.metrics[names.MAX_BATCH]))
     return found

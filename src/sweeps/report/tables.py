@@ -31,9 +31,9 @@ def _f(v: float | None, digits: int = 2) -> str:
 
 def _score(job: Job) -> str:
     m = job.metrics
-    if "test/final_acc" in m:
-        return f"{m['test/final_acc']:.4f}"
-    return _f(m.get("test/final_rmse"))
+    if names.FINAL_ACC in m:
+        return f"{m[names.FINAL_ACC]:.4f}"
+    return _f(m.get(names.FINAL_RMSE))
 
 
 def _median_spread(values: list[float], digits: int = 2) -> str:
@@ -138,8 +138,8 @@ def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> l
 def max_batch_table(jobs: list[Job]) -> str | None:
     """Per ``task=max_batch`` job: the largest batch that fits, the peak memory at it, whether the
     search found the boundary (``exact``) or stopped at ``max_batch.limit``, and its trial count."""
-    rows = [[j.label(), j.outcome, _f(j.metrics.get("mem/max_batch"), 0), _f(j.metrics.get("mem/max_batch_peak_mb"), 0),
-             j.tags.get("max_batch.bound", "-"), _f(j.metrics.get("max_batch/trials"), 0)]
+    rows = [[j.label(), j.outcome, _f(j.metrics.get(names.MAX_BATCH), 0), _f(j.metrics.get(names.MAX_BATCH_PEAK_MB), 0),
+             j.tags.get(names.MAX_BATCH_BOUND_TAG, "-"), _f(j.metrics.get(names.MAX_BATCH_TRIALS), 0)]
             for j in jobs if j.params.get("task") == "max_batch"]
     if not rows:
         return None
@@ -148,9 +148,10 @@ def max_batch_table(jobs: list[Job]) -> str | None:
 
 def inference_table(jobs: list[Job]) -> str | None:
     """Per inference job: median, p10, p90 ms per batch and throughput."""
-    rows = [[j.label(), j.outcome, _f(j.metrics.get("infer/median_ms"), 3), _f(j.metrics.get("infer/p10_ms"), 3),
-             _f(j.metrics.get("infer/p90_ms"), 3), _f(j.metrics.get("perf/samples_per_s"), 1)]
-            for j in jobs if "infer/median_ms" in j.metrics or j.params.get("task") == "inference"]
+    timings = (names.INFER_MEDIAN_MS, names.INFER_P10_MS, names.INFER_P90_MS)
+    rows = [[j.label(), j.outcome, *(_f(j.metrics.get(k), 3) for k in timings),
+             _f(j.metrics.get(names.SAMPLES_PER_S), 1)]
+            for j in jobs if names.INFER_MEDIAN_MS in j.metrics or j.params.get("task") == "inference"]
     if not rows:
         return None
     return md_table(["job", "outcome", "median ms/batch", "p10 ms", "p90 ms", "samples/s"], rows)
@@ -191,12 +192,12 @@ def scaling_efficiency(jobs: list[Job]) -> str | None:
     throughput_1), throughput = ``perf/samples_per_s`` (last epoch). None when no pair exists."""
     cells: dict[str, dict[int, float]] = {}
     for j in jobs:
-        if j.outcome == "ok" and "perf/samples_per_s" in j.metrics:
+        if j.outcome == "ok" and names.SAMPLES_PER_S in j.metrics:
             world = int(j.metrics.get("device.world_size", 1))
             cells.setdefault(j.label(exclude=("device", "device.gpus", "device.backend")), {})[world] = \
-                j.metrics["perf/samples_per_s"]
+                j.metrics[names.SAMPLES_PER_S]
     rows = [[label, f"{n}", _f(by[1], 1), _f(by[n], 1), f"{by[n] / (n * by[1]):.2f}"]
             for label, by in cells.items() if 1 in by for n in sorted(by) if n > 1]
     if not rows:
         return None
-    return md_table(["job", "processes", "samples/s on 1", "samples/s on N", "perf/scaling_efficiency"], rows)
+    return md_table(["job", "processes", "samples/s on 1", "samples/s on N", names.SCALING_EFFICIENCY], rows)

@@ -86,10 +86,11 @@ def summarize(result: dict, batch: int) -> dict[str, float]:
     t = sorted(result["times_ms"])
     q = statistics.quantiles(t, n=10) if len(t) > 1 else [t[0]] * 9
     median = statistics.median(t)
-    return {"infer/iter_ms": result["times_ms"], "infer/median_ms": median, "infer/mean_ms": statistics.fmean(t), "infer/min_ms": t[0],
-            "infer/p10_ms": q[0], "infer/p90_ms": q[-1], "infer/std_ms": statistics.pstdev(t),
-            "infer/wall_s": result["wall_s"], "time/warmup_s": result["warmup_s"],
-            "perf/samples_per_s": batch / (median / 1e3) if median > 0 else 0.0}
+    return {names.INFER_ITER_MS: result["times_ms"], names.INFER_MEDIAN_MS: median,
+            names.INFER_MEAN_MS: statistics.fmean(t), names.INFER_MIN_MS: t[0], names.INFER_P10_MS: q[0],
+            names.INFER_P90_MS: q[-1], names.INFER_STD_MS: statistics.pstdev(t),
+            names.INFER_WALL_S: result["wall_s"], names.WARMUP_S: result["warmup_s"],
+            names.SAMPLES_PER_S: batch / (median / 1e3) if median > 0 else 0.0}
 
 
 def first_batch(dataset, batch: int, device: torch.device) -> torch.Tensor:

@@ -33,6 +33,7 @@ from typing import Callable
 import psutil
 import torch
 
+from sweeps import names
 from sweeps.tasks.base import Task, register
 from sweeps.train.builder import build_model
 from sweeps.train.loop import Trainer
@@ -171,12 +172,12 @@ def run_task(cfg, job, model, spec, device: torch.device, precision, channels_la
     """
     result = search(step_trial(model, spec, device, precision, channels_last, make_optimizer), cfg.start, cfg.limit)
     for i, t in enumerate(result.trials, 1):
-        job.log_metrics({"max_batch/batch": t.batch, "max_batch/fits": float(t.fits),
-                         "max_batch/predicted": float(t.predicted),
-                         **({"max_batch/peak_mb": t.peak_mb} if t.peak_mb is not None else {})}, step=i)
-    job.set_tags({"max_batch.bound": result.bound})
-    job.log_metrics({"mem/max_batch": result.max_batch, "max_batch/trials": len(result.trials),
-                     **({"mem/max_batch_peak_mb": result.peak_mb, "mem/peak_mb": result.peak_mb}
+        job.log_metrics({names.TRIAL_BATCH: t.batch, names.TRIAL_FITS: float(t.fits),
+                         names.TRIAL_PREDICTED: float(t.predicted),
+                         **({names.TRIAL_PEAK_MB: t.peak_mb} if t.peak_mb is not None else {})}, step=i)
+    job.set_tags({names.MAX_BATCH_BOUND_TAG: result.bound})
+    job.log_metrics({names.MAX_BATCH: result.max_batch, names.MAX_BATCH_TRIALS: len(result.trials),
+                     **({names.MAX_BATCH_PEAK_MB: result.peak_mb, names.PEAK_MB: result.peak_mb}
                         if result.peak_mb is not None else {})})
     if result.bound == "none":
         raise torch.OutOfMemoryError(f"max_batch: not even batch {cfg.start} fits on {device}")

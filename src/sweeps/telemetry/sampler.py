@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 import psutil
 
+from sweeps import names
 from sweeps.telemetry import nvml as nvml_api
 from sweeps.telemetry.nvml import GPU_FIELDS, HOST_FIELDS, MB, PERMANENT, gpu_ids, nvml_problem, why
 from sweeps.telemetry.stats import busy_pct, energy, epoch_metrics, reasons_seen, samples_csv
@@ -219,7 +220,7 @@ class Telemetry:
         w.energy_j, methods = energy(rows, self.columns, len(self.handles)) if w.exact else (None, set())
         self._methods.update(methods)
         if w.energy_j is not None:
-            out["gpu/energy_j"] = w.energy_j
+            out[names.GPU_ENERGY_J] = w.energy_j
         return out
 
     # results ---------------------------------------------------------------------------------
@@ -233,12 +234,12 @@ class Telemetry:
         total, methods = energy(self.rows, self.columns, len(self.handles))
         self._methods.update(methods)
         if total is not None:
-            out["energy/total_j"] = total
+            out[names.ENERGY_TOTAL_J] = total
         per_epoch = [w.energy_j for w in self.windows]
         if per_epoch and None not in per_epoch:
-            out["energy/train_j"] = sum(per_epoch)
+            out[names.ENERGY_TRAIN_J] = sum(per_epoch)
             if train_samples > 0:
-                out["energy/j_per_sample"] = out["energy/train_j"] / train_samples
+                out[names.ENERGY_J_PER_SAMPLE] = out[names.ENERGY_TRAIN_J] / train_samples
         return out
 
     def tags(self) -> dict[str, str]:

@@ -26,19 +26,19 @@ SLOWDOWN = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # reasons that hold the clocks below 
 
 # per-epoch metric: (sample column, how GPUs combine, statistic over the window)
 GPU_METRICS = {
-    "gpu/sm_clock_mhz": ("sm_clock_mhz", "mean", "level"),  # MHz, mean
-    "gpu/mem_clock_mhz": ("mem_clock_mhz", "mean", "level"),  # MHz, mean
-    "gpu/util_pct": ("util_pct", "mean", "rate"),  # %, mean
-    "gpu/mem_used_max_mb": ("mem_used_mb", "sum", "max"),  # MB, peak of all GPUs together
-    "gpu/temp_max_c": ("temp_c", "max", "max"),  # °C, hottest GPU's peak
-    "gpu/power_w": ("power_w", "sum", "level"),  # W, mean draw of all GPUs together
-    "gpu/fan_pct": ("fan_pct", "mean", "level"),  # %, mean
-    "gpu/throttle_frac": ("throttle_reasons", "slowdown", "share"),  # share of samples slowed down
+    names.GPU_SM_CLOCK_MHZ: ("sm_clock_mhz", "mean", "level"),  # MHz, mean
+    names.GPU_MEM_CLOCK_MHZ: ("mem_clock_mhz", "mean", "level"),  # MHz, mean
+    names.GPU_UTIL_PCT: ("util_pct", "mean", "rate"),  # %, mean
+    names.GPU_MEM_USED_MAX_MB: ("mem_used_mb", "sum", "max"),  # MB, peak of all GPUs together
+    names.GPU_TEMP_MAX_C: ("temp_c", "max", "max"),  # °C, hottest GPU's peak
+    names.GPU_POWER_W: ("power_w", "sum", "level"),  # W, mean draw of all GPUs together
+    names.GPU_FAN_PCT: ("fan_pct", "mean", "level"),  # %, mean
+    names.GPU_THROTTLE_FRAC: ("throttle_reasons", "slowdown", "share"),  # share of samples slowed down
 }
 HOST_METRICS = {
-    "host/cpu_pct": ("cpu_pct", "sum", "rate"),  # %, 100 = one core busy, mean
-    "host/rss_max_mb": ("rss_mb", "sum", "max"),  # MB, peak resident set of this process
-    "host/sys_mem_used_max_mb": ("sys_mem_used_mb", "sum", "max"),  # MB, peak in use machine-wide
+    names.HOST_CPU_PCT: ("cpu_pct", "sum", "rate"),  # %, 100 = one core busy, mean
+    names.HOST_RSS_MAX_MB: ("rss_mb", "sum", "max"),  # MB, peak resident set of this process
+    names.HOST_SYS_MEM_USED_MAX_MB: ("sys_mem_used_mb", "sum", "max"),  # MB, peak in use machine-wide
 }
 
 # The same windows under MLflow's system-metric names, so the run page's System metrics tab shows

@@ -6,6 +6,8 @@ import csv
 import io
 from typing import Sequence
 
+from sweeps import names
+
 
 def hms(seconds: float | None) -> str:
     """``h:mm:ss`` (``-`` for None)."""
@@ -19,11 +21,11 @@ class EpochTable:
     """Per-epoch rows: epoch, losses, accuracies (or RMSE), epoch time, Σ phases and elapsed."""
 
     def __init__(self, regression: bool):
-        score = [("test/rmse", "test rmse")] if regression else [("train/acc", "train acc"),
-                                                                 ("test/acc", "test acc")]
-        self.columns = [("epoch", "epoch"), ("train/loss", "train loss"), ("test/loss", "test loss"),
-                        *score, ("time/epoch_s", "epoch s"), ("phase/sum_s", "phases s"),
-                        ("time/eval_s", "eval s"), ("time/elapsed_s", "elapsed s")]
+        score = [(names.TEST_RMSE, "test rmse")] if regression else [(names.TRAIN_ACC, "train acc"),
+                                                                     (names.TEST_ACC, "test acc")]
+        self.columns = [("epoch", "epoch"), (names.TRAIN_LOSS, "train loss"), (names.TEST_LOSS, "test loss"),
+                        *score, (names.EPOCH_S, "epoch s"), (names.PHASE_SUM_S, "phases s"),
+                        (names.EVAL_S, "eval s"), (names.ELAPSED_S, "elapsed s")]
         self.widths = [max(10, len(title)) for _, title in self.columns]
 
     def header(self) -> str:

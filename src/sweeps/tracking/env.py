@@ -22,6 +22,7 @@ import torchvision
 from mlflow.entities import SourceType
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER
 
+from sweeps import names
 from sweeps.names import SOURCE_NAME
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -167,23 +168,23 @@ def environment_tags() -> dict[str, str]:
         return ", ".join(str(g.get(key) if g.get(key) is not None else "?") for g in gpus) or "none"
 
     return {
-        "env.host": fp["host"],
-        "env.cpu": fp["cpu"]["model"],
-        "env.cores": str(fp["cpu"]["cores"]),
-        "env.physical_cores": str(fp["cpu"]["physical_cores"]),
-        "env.ram_gb": f"{fp['ram_gb']:.1f}",
-        "env.os": fp["os"],
-        "env.gpus": each("name"),
-        "env.gpu_memory_gb": each("memory_gb"),
-        "env.power_limit_w": each("power_limit_w"),
-        "env.driver": (fp["nvidia_driver"] or "none") if gpus else "none",
-        "env.cuda": str(fp["cuda_runtime"]),
-        "env.cuda_driver": str(fp["cuda_driver"] or "none"),
-        "env.cudnn": str(fp["cudnn"] or "none"),
-        "env.torch": fp["torch"],
-        "env.torchvision": fp["torchvision"],
-        "env.python": fp["python"],
-        "env.git_commit": fp["git_commit"],
+        names.ENV_HOST: fp["host"],
+        names.ENV_CPU: fp["cpu"]["model"],
+        names.ENV_CORES: str(fp["cpu"]["cores"]),
+        names.ENV_PHYSICAL_CORES: str(fp["cpu"]["physical_cores"]),
+        names.ENV_RAM_GB: f"{fp['ram_gb']:.1f}",
+        names.ENV_OS: fp["os"],
+        names.ENV_GPUS: each("name"),
+        names.ENV_GPU_MEMORY_GB: each("memory_gb"),
+        names.ENV_POWER_LIMIT_W: each("power_limit_w"),
+        names.ENV_DRIVER: (fp["nvidia_driver"] or "none") if gpus else "none",
+        names.ENV_CUDA: str(fp["cuda_runtime"]),
+        names.ENV_CUDA_DRIVER: str(fp["cuda_driver"] or "none"),
+        names.ENV_CUDNN: str(fp["cudnn"] or "none"),
+        names.ENV_TORCH: fp["torch"],
+        names.ENV_TORCHVISION: fp["torchvision"],
+        names.ENV_PYTHON: fp["python"],
+        names.ENV_GIT_COMMIT: fp["git_commit"],
         **source_tags(fp["git_commit"]),
     }
 

@@ -55,7 +55,8 @@ def dataset(name: str, split: str, fingerprint: str, root: str | None, in_shape:
     targets = Schema([TensorSpec(np.dtype(np.float32 if regression else np.int64), (-1,), "target")])
     schema = TensorDatasetSchema(features, targets).to_dict()
     if fingerprint.startswith(GENERATED) or root is None:
-        source_type, source = "code", {"tags": {"sweeps.generator": fingerprint.removeprefix(GENERATED) or name}}
+        generator = fingerprint.removeprefix(GENERATED) or name
+        source_type, source = "code", {"tags": {names.DATASET_GENERATOR_TAG: generator}}
     else:
         source_type, source = "local", {"uri": str(Path(root).expanduser().resolve())}
     profile = {"num_rows": rows, "features_shape": [rows, *map(int, in_shape)]}
@@ -64,7 +65,7 @@ def dataset(name: str, split: str, fingerprint: str, root: str | None, in_shape:
     # it starts with the fingerprint so the UI's "name (digest)" stays readable (36 characters at most)
     digest = hashlib.sha256(json.dumps([fingerprint, split, rows, list(map(int, in_shape)), regression]).encode())
     if source_type == "code":
-        source["tags"]["sweeps.fingerprint"] = fingerprint
+        source["tags"][names.DATASET_FINGERPRINT_TAG] = fingerprint
     else:
         source["fingerprint"] = fingerprint
     return Dataset(name=f"{name}/{split}", digest=f"{fingerprint[:27]}-{digest.hexdigest()[:8]}", source_type=source_type,

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from sweeps import names
 from sweeps.data.spec import DataSpec
 
 log = logging.getLogger("sweeps")
@@ -109,7 +110,7 @@ def perf_metrics(flops_per_example: float | None, peak: float | None, samples: i
     if not flops_per_example or seconds <= 0:
         return {}
     achieved = flops_per_example * samples / seconds
-    return {"perf/flops_per_s": achieved, **({"perf/mfu": achieved / peak} if peak else {})}
+    return {names.FLOPS_PER_S: achieved, **({names.MFU: achieved / peak} if peak else {})}
 
 
 def tracker(writer, model: nn.Module, spec: DataSpec, device: torch.device, precision: str,
@@ -127,9 +128,9 @@ def tracker(writer, model: nn.Module, spec: DataSpec, device: torch.device, prec
     peak, about = peak_flops(device, precision)
     if peak and devices > 1:
         peak, about = peak * devices, f"{devices} × {about}"
-    writer.log_metrics({k: v for k, v in {"perf/flops_per_example": per_example, "perf/peak_flops": peak}.items() if v})
-    writer.set_tags({"perf.peak": about})
+    writer.log_metrics({k: v for k, v in {names.FLOPS_PER_EXAMPLE: per_example, names.PEAK_FLOPS: peak}.items() if v})
+    writer.set_tags({names.PEAK_TAG: about})
 
     def with_perf(rec: dict) -> None:
-        rec.update(perf_metrics(per_example, peak, rec.get("samples", 0), rec.get("time/epoch_s", 0.0)))
+        rec.update(perf_metrics(per_example, peak, rec.get("samples", 0), rec.get(names.EPOCH_S, 0.0)))
     return with_perf

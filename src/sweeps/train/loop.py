@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from sweeps import names
 from sweeps.data import DataSpec
 from sweeps.train.noise import HostLoad, spread
 from sweeps.train.precision import Precision
@@ -93,11 +94,11 @@ class Trainer:
                       synchronized: bool) -> dict[str, float]:
         """The epoch's figures from its phase marks and device-side sums (see :meth:`train_epoch`)."""
         phases = self.timer.summary(synchronized=synchronized)
-        out = {"train/loss": loss_sum.item() / max(seen, 1), "samples": seen,
-               "phase/sum_s": phases["total_ms"] / 1e3, "steps": phases["steps"]}
+        out = {names.TRAIN_LOSS: loss_sum.item() / max(seen, 1), "samples": seen,
+               names.PHASE_SUM_S: phases["total_ms"] / 1e3, "steps": phases["steps"]}
         if not self.regression:
-            out["train/acc"] = correct.item() / max(seen, 1)
-        out.update({f"phase/{p}_ms": phases[p] for p in PHASES})
+            out[names.TRAIN_ACC] = correct.item() / max(seen, 1)
+        out.update({names.phase_ms(p): phases[p] for p in PHASES})
         return out
 
     @torch.no_grad()
@@ -120,8 +121,8 @@ class Trainer:
             seen += len(x)
         loss = loss_sum.item() / max(seen, 1)
         if self.regression:  # on the standardised target; RMSE back in target units
-            return {"test/loss": loss, "test/rmse": math.sqrt(sq_sum.item() / max(seen, 1)) * self.spec.target_scale}
-        return {"test/loss": loss, "test/acc": correct.item() / max(seen, 1)}
+            return {names.TEST_LOSS: loss, names.TEST_RMSE: math.sqrt(sq_sum.item() / max(seen, 1)) * self.spec.target_scale}
+        return {names.TEST_LOSS: loss, names.TEST_ACC: correct.item() / max(seen, 1)}
 
     def _input(self, x: torch.Tensor) -> torch.Tensor:
         """A batch on the device (no-op for device-resident data), NHWC when channels_last."""
@@ -168,7 +169,7 @@ class Trainer:
             with wall_clock(self.device) as train_clock:  # ends with the epoch's one synchronize (CUDA)
                 result = self.train_epoch(train_loader, f"epoch {epoch}/{epochs}", resolved=False)
             rec = result()  # events and sums read back after the clock stopped: not timed
-            rec["host/other_cpu_pct"] = host.stop()  # noise: other processes' share of the cores
+            rec[names.OTHER_CPU_PCT] = host.stop()  # noise: other processes' share of the cores
             if self.monitor is not None:  # outside the timed block, after its closing synchronize
                 rec.update(self.monitor.epoch_end(epoch))
             eval_s = 0.0
@@ -177,11 +178,11 @@ class Trainer:
                     rec.update(self.evaluate(test_loader))
                 eval_s = eval_clock["s"]
             self.schedule.step()
-            rec.update({"epoch": epoch, "train/lr": lr, "time/epoch_s": train_clock["s"],
-                        "time/eval_s": eval_s, "time/elapsed_s": time.perf_counter() - t0,
-                        "perf/samples_per_s": rec["samples"] / train_clock["s"]})
+            rec.update({"epoch": epoch, names.TRAIN_LR: lr, names.EPOCH_S: train_clock["s"],
+                        names.EVAL_S: eval_s, names.ELAPSED_S: time.perf_counter() - t0,
+                        names.SAMPLES_PER_S: rec["samples"] / train_clock["s"]})
             peak_rss = max(peak_rss, process.memory_info().rss)
-            rec["mem/epoch_peak_mb"] = self.peak_memory_mb(peak_rss)
+            rec[names.EPOCH_PEAK_MB] = self.peak_memory_mb(peak_rss)
             on_epoch(rec)
 
     def peak_memory_mb(self, peak_rss: int) -> float:
@@ -198,17 +199,18 @@ def summarize(records: list[dict], regression: bool) -> dict[str, float]:
     CPU share over them (``host/other_cpu_mean_pct``), peak memory and the last evaluation's score."""
     if not records:
         return {}
-    times = [r["time/epoch_s"] for r in records]
+    times = [r[names.EPOCH_S] for r in records]
     last = records[-1]
-    out = {"time/first_epoch_s": times[0], "time/total_s": last["time/elapsed_s"],
-           "mem/peak_mb": max(r["mem/epoch_peak_mb"] for r in records)}
+    out = {names.FIRST_EPOCH_S: times[0], names.TOTAL_S: last[names.ELAPSED_S],
+           names.PEAK_MB: max(r[names.EPOCH_PEAK_MB] for r in records)}
     if len(times) > 1:
-        out["time/median_epoch_s"] = statistics.median(times[1:])
+        out[names.MEDIAN_EPOCH_S] = statistics.median(times[1:])
         out.update(spread(times[1:]))
-        loads = [r["host/other_cpu_pct"] for r in records[1:] if "host/other_cpu_pct" in r]
+        loads = [r[names.OTHER_CPU_PCT] for r in records[1:] if names.OTHER_CPU_PCT in r]
         if loads:
-            out["host/other_cpu_mean_pct"] = statistics.fmean(loads)
-    evaluated = [r for r in records if ("test/rmse" if regression else "test/acc") in r]
+            out[names.OTHER_CPU_MEAN_PCT] = statistics.fmean(loads)
+    evaluated = [r for r in records if (names.TEST_RMSE if regression else names.TEST_ACC) in r]
     if evaluated:
-        out["test/final_rmse" if regression else "test/final_acc"] = evaluated[-1]["test/rmse" if regression else "test/acc"]
+        final, score = (names.FINAL_RMSE, names.TEST_RMSE) if regression else (names.FINAL_ACC, names.TEST_ACC)
+        out[final] = evaluated[-1][score]
     return out

@@ -14,6 +14,8 @@ import time
 
 import psutil
 
+from sweeps import names
+
 def _busy_s() -> float:
     """CPU seconds the whole machine has spent busy (all cores, since boot)."""
     t = psutil.cpu_times()
@@ -94,5 +96,5 @@ def spread(times: list[float]) -> dict[str, float]:
         return {}
     q = statistics.quantiles(times, n=10, method="inclusive")
     median = statistics.median(times)
-    return {"time/epoch_p10_s": q[0], "time/epoch_p90_s": q[-1],
-            "time/epoch_mad_s": statistics.median(abs(t - median) for t in times)}
+    return {names.EPOCH_P10_S: q[0], names.EPOCH_P90_S: q[-1],
+            names.EPOCH_MAD_S: statistics.median(abs(t - median) for t in times)}
