@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+import process_state
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -137,6 +139,21 @@ def seed_store(cwd: Path) -> None:
     template = _template_db()
     mlruns.mkdir(parents=True)
     shutil.copyfile(template, mlruns / "mlflow.db")
+
+
+@pytest.fixture(autouse=True)
+def _process_state_restored():
+    """Every test leaves the process as it found it (tests/process_state.py): set up before and
+    torn down after the test's own fixtures, monkeypatch included."""
+    with process_state.saved():
+        yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _process_state_restored_per_module():
+    """The same around a module: its module-scoped fixtures run jobs before any test begins."""
+    with process_state.saved():
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -111,14 +111,21 @@ def test_a_one_gpu_job_makes_its_gpu_current(monkeypatch, lost_context):
 
 
 # 2. and 8: compile in a sweep of jobs in one process; inference compiles and goes NHWC ----------
+def _lower_recompile_limit(monkeypatch, limit: int) -> None:
+    """Dynamo's per-code-object graph limit, lowered for this test: ``recompile_limit``, called
+    ``cache_size_limit`` in torch releases before the rename (kept there as an alias)."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    monkeypatch.setattr(config, "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit", limit)
+
+
 def test_every_compiled_job_of_a_sweep_runs_compiled(in_process, monkeypatch, tmp_path):
     """Two compiled jobs at two batch sizes in one process (as a sweep runs them). Dynamo's
     recompile limit is lowered from 8 to 2 so two tiny jobs reach it (2 graphs a job: training and
     evaluation shape); without a fresh cache per job the second job's forward ran eager."""
-    import torch._dynamo
-
     monkeypatch.setenv(COMPILE_BACKEND_ENV, "aot_eager")
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    _lower_recompile_limit(monkeypatch, 2)
     gpu_helpers.EagerProbe.eager.clear()
     for batch in (8, 16):
         assert in_process(["model=eager_probe", *TINY, "dataset.train_size=32", f"batch={batch}", "device=cpu",
@@ -132,10 +139,8 @@ def test_every_compiled_job_of_a_sweep_runs_compiled(in_process, monkeypatch, tm
 def test_inference_jobs_of_a_sweep_compile_and_feed_channels_last(in_process, monkeypatch, tmp_path):
     """Two inference jobs in one process, at two batch sizes (one graph each: the limit lowered to
     1 shows what 8 shows after a few more jobs): both run compiled, on NHWC batches and weights."""
-    import torch._dynamo
-
     monkeypatch.setenv(COMPILE_BACKEND_ENV, "aot_eager")
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    _lower_recompile_limit(monkeypatch, 1)
     gpu_helpers.EagerProbe.eager.clear()
     nhwc, time_forward = [], inference.time_forward
     monkeypatch.setattr(inference, "time_forward", lambda model, x, *a: nhwc.append(

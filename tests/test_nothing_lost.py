@@ -50,11 +50,12 @@ def _history(cwd: Path, run_id: str, key: str) -> list[tuple[int, float]]:
 @pytest.fixture(scope="module")
 def sweeps_to_signal(tmp_path_factory) -> dict:
     """One real sweep per signal, started side by side; each test signals its own once it has
-    written its first checkpoint (50 epochs of 0.4 s: still running by then)."""
+    written its first checkpoint. 1000 epochs of 0.4 s: still running when its test comes, however
+    late the random order puts it in the module (50 epochs were over after a minute of other tests)."""
     started = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         cwd = tmp_path_factory.mktemp(sig.name)
-        started[sig] = (cwd, StartedCli(["-m", "batch=32,64", "epochs=50", *SLOW], cwd, timeout=120))
+        started[sig] = (cwd, StartedCli(["-m", "batch=32,64", "epochs=1000", *SLOW], cwd, timeout=120))
     yield started
     for _, proc in started.values():
         proc.stop()

@@ -53,6 +53,7 @@ PEAK_TAG = "perf.peak"  # the datasheet peak MFU is measured against
 MAX_BATCH_BOUND_TAG = "max_batch.bound"
 TARGET_TAG = "sweeps.target"  # with a target: "reached", or "missed" (all epochs ran without reaching it)
 TARGET_REACHED, TARGET_MISSED = "reached", "missed"
+TARGET_METRIC_PARAM = "target.metric"  # the run's param naming its target metric (absent/None: no target)
 TARGET_MODES = ("max", "min")  # target.mode: reached when the metric is ≥ (max) or ≤ (min) the value
 COMPILED_TAG = "compiled"  # compile=true: "true", or "false (why)" — whether the model really ran compiled
 ENV_TAG_PREFIX = "env."  # the machine: env.host, env.gpus, env.torch, ... (sweeps.tracking.env)

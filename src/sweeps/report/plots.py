@@ -192,9 +192,9 @@ def to_target(jobs: list[Job], path: Path) -> Path | None:
         if j.outcome != "ok" or j.batch is None:
             continue
         label = j.label(exclude=("batch", "repeat"))
-        if "target/steps" in j.metrics:
-            groups[label][j.batch].append((j.metrics["target/steps"], j.metrics["target/samples"]))
-        elif j.tags.get("sweeps.target") == "missed":
+        if names.TARGET_STEPS in j.metrics:
+            groups[label][j.batch].append((j.metrics[names.TARGET_STEPS], j.metrics[names.TARGET_SAMPLES]))
+        elif j.tags.get(names.TARGET_TAG) == names.TARGET_MISSED:
             missed[label].add(j.batch)
     if not any(len(points) >= 2 for points in groups.values()):
         return None

@@ -73,7 +73,7 @@ def _note(runs: list[Job]) -> str:
 
 def has_target(job: Job) -> bool:
     """Whether ``job`` ran with a target quality (``target.metric`` set)."""
-    return job.params.get("target.metric") not in (None, "None", "null", "")
+    return job.params.get(names.TARGET_METRIC_PARAM) not in (None, "None", "null", "")
 
 
 def target_cell(runs: list[Job]) -> str:
