@@ -4,7 +4,7 @@ Most cases run the job in-process (``in_process``): bad input raises :class:`Usa
 message is the one line the CLI prints (``sweeps: error: ...``, exit 2), and a composition error
 raises Hydra's exception, whose text is what the CLI prints (exit 2 as well). One case per CLI
 path runs the real process: a bad value, a composition error, an unknown preset, the design
-card's sweep offline — exit status, one line on stderr, no traceback."""
+card's sweep offline (a slow test) — exit status, one line on stderr, no traceback."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,7 +45,6 @@ TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=128", 
 CLI_PATHS = {  # one real process per way the CLI stops on bad input
     "bad_value": ["model=mlp", *TINY, "batch=0"],
     "unknown_model": ["model=resnet5"],
-    "design_card": ["-m", "model=cnn10,wrn28_10", "batch=128,256,512,1024,2048"],
     "unknown_preset": ["+experiment=nope"],
 }
 
@@ -142,10 +141,10 @@ def test_missing_imagefolder_root(tmp_path, in_process):
     assert "dataset.root=" in line and "nowhere" in line and "train/" in line
 
 
-def test_design_card_sweep_without_cifar_stops_at_once(cli):
+@pytest.mark.slow  # ~6-9 s: the job imports torch before it finds the data missing
+def test_design_card_sweep_without_cifar_stops_at_once(tmp_path):
     """The design card's command, offline and without files: one line, no ten failed runs."""
-    tmp_path, started = cli["design_card"]
-    proc = started.result()
+    proc = StartedCli(["-m", "model=cnn10,wrn28_10", "batch=128,256,512,1024,2048"], tmp_path).result()
     assert proc.returncode == 2
     line = _one_error_line(proc)
     assert "CIFAR-10 is not under dataset.root=data" in line and "cifar-10-batches-py" in line

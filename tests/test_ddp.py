@@ -105,6 +105,7 @@ class _Watcher(threading.Thread):
         self.release.touch()
 
 
+@pytest.mark.slow  # ~12 s: two rank processes start, and a one-process reference runs
 def test_ddp_logs_each_epoch_as_it_ends_and_matches_one_process(tmp_path, monkeypatch, one_process):
     ref_cwd, single = one_process
     cwd = tmp_path / "two"
@@ -134,6 +135,7 @@ def test_ddp_logs_each_epoch_as_it_ends_and_matches_one_process(tmp_path, monkey
     assert len(Path(csv).read_text().strip().splitlines()) == 3  # header + 2 epochs
 
 
+@pytest.mark.slow  # ~8 s each of rank start-up; the default run keeps the DDP epoch test and the unit tests
 @pytest.mark.parametrize("kind", ["oom", "error"])
 def test_failure_in_backward_on_rank_1_ends_the_job_at_once(tmp_path, monkeypatch, kind):
     """Rank 1 raises inside backward while rank 0 waits for its gradients in the all-reduce."""
@@ -148,6 +150,7 @@ def test_failure_in_backward_on_rank_1_ends_the_job_at_once(tmp_path, monkeypatc
         assert run.data.tags["error"] == "RuntimeError: RuntimeError on rank 1: broken backward on purpose (test model)"
 
 
+@pytest.mark.slow
 def test_oom_in_forward_on_one_rank_ends_the_job_oom_without_hanging(tmp_path, monkeypatch):
     t0 = time.monotonic()
     outcome, run = _job(tmp_path, ["model=oom_on_rank", "dataset=synthetic", "dataset.shape=[1,8,8]",

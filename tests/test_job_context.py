@@ -10,7 +10,7 @@ import pytest
 
 from conftest import runs, store
 from sweeps.launch import cli, signals
-from sweeps.launch.job import LAST_JOB
+from sweeps.launch.outcome import LAST_JOB
 from sweeps.tracking.epochs import EpochLog
 from sweeps.train import checkpoint
 from sweeps.train.loop import Trainer

@@ -109,7 +109,9 @@ def test_every_model_option_has_a_case():
         f"add the new model option(s) {set(MODEL_OPTIONS) ^ set(CASES)} to CASES"
 
 
-@pytest.mark.parametrize("name", MODEL_OPTIONS)
+# ResNet-50's 20 steps take ~6 s on 2 cores: a slow test; its config and size are checked above
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "resnet50" else n
+                                  for n in MODEL_OPTIONS])
 def test_model_option_builds_and_trains(name):
     """model=<option> composes from the real config, takes its input shape and outputs from the
     dataset, returns (N, num_outputs), and SGD overfits a fixed batch of 8 in 20 steps."""

@@ -78,6 +78,7 @@ def test_signal_ends_runs_killed_and_exits(sweeps_to_signal, sig, code):
     assert _history(tmp_path, job.info.run_id, "train/loss")  # epochs done before the signal are kept
 
 
+@pytest.mark.slow  # ~10 s: a real process killed, then a rerun
 def test_sigkill_then_rerun_marks_stale_and_resumes_the_loss_curve(tmp_path):
     started = StartedCli(["epochs=6", *SLOW], tmp_path)  # a real process, SIGKILLed after epoch 3
     killed: list = []

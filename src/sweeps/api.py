@@ -38,7 +38,7 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
             ``config_dir``) — its one line, as the command line prints it.
         KeyboardInterrupt: Ctrl-C (the interrupted job's run is closed ``killed`` first).
     """
-    from sweeps.launch import cli, job, sweep
+    from sweeps.launch import cli, outcome, sweep
 
     args = (["-m"] if multirun else []) + list(overrides)
     if config_dir is not None:
@@ -54,10 +54,10 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
         raise KeyboardInterrupt
     if multirun and sweep.LAST_SWEEP:
         return sweep_records(sweep.LAST_SWEEP["tracking_uri"], sweep.LAST_SWEEP["run_id"])
-    if job.LAST_JOB.get("run_id"):
+    if outcome.LAST_JOB.get("run_id"):
         from sweeps.report.results import single_record
 
-        return [single_record(job.LAST_JOB["tracking_uri"], job.LAST_JOB["run_id"])]
+        return [single_record(outcome.LAST_JOB["tracking_uri"], outcome.LAST_JOB["run_id"])]
     return []
 
 
@@ -82,13 +82,12 @@ def command_state(argv: list[str]):
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
-    from sweeps.launch import job, outcome, sweep
+    from sweeps.launch import outcome, sweep
 
     saved_argv, saved_env = sys.argv, dict(os.environ)
     saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     root = logging.getLogger()
     saved_handlers, saved_level = root.handlers[:], root.level
-    job.LAST_JOB.clear()
     sweep.LAST_SWEEP.clear()
     outcome.reset()
     sys.argv = list(argv)

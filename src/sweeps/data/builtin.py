@@ -18,7 +18,6 @@ from typing import Callable
 import torch
 from PIL import Image
 from torch.utils.data import TensorDataset
-from torchvision import datasets, transforms
 
 from sweeps.data.spec import DataSpec
 from sweeps.errors import DataUnavailable, UsageError, brief
@@ -30,6 +29,8 @@ DOWNLOAD_TIMEOUT_S = 30  # a download that cannot connect fails instead of hangi
 
 
 def _image_transforms(stats, augment: bool, crop, extra=()) -> tuple[Callable, Callable]:
+    from torchvision import transforms  # here, not at the top: only image datasets need torchvision
+
     norm = [transforms.ToTensor(), transforms.Normalize(*stats)]
     aug = [transforms.RandomCrop(crop, padding=4), transforms.RandomHorizontalFlip()] if augment else []
     return transforms.Compose([*extra, *aug, *norm]), transforms.Compose([*extra, *norm])
@@ -55,6 +56,8 @@ def _torchvision(cls, title: str, hint: str, root: str, download: bool, augment:
 
 def cifar10(root: str = "data", download: bool = True, augment: bool = False):
     """CIFAR-10 (torchvision): 50,000 train / 10,000 test images ``(3, 32, 32)``, 10 classes."""
+    from torchvision import datasets
+
     train, test = _torchvision(datasets.CIFAR10, "CIFAR-10",
                                "put the python version (cifar-10-batches-py/) from "
                                "https://www.cs.toronto.edu/~kriz/cifar.html there", root, download, augment,
@@ -64,6 +67,8 @@ def cifar10(root: str = "data", download: bool = True, augment: bool = False):
 
 def mnist(root: str = "data", download: bool = True, augment: bool = False):
     """MNIST (torchvision): 60,000 train / 10,000 test images ``(1, 28, 28)``, 10 classes."""
+    from torchvision import datasets
+
     train, test = _torchvision(datasets.MNIST, "MNIST", "put the four idx files in <root>/MNIST/raw/",
                                root, download, augment, MNIST_STATS, 28)
     return train, test, DataSpec((1, 28, 28), 10)
@@ -79,6 +84,8 @@ def imagefolder(root: str, augment: bool = False, channels: int | None = None, i
     ImageFolder), ``channels`` 1 or 3 (None: from the first image), resized to ``image_size``²
     (None: keep; then all images must share one size), normalised with per-channel mean and std
     estimated on ≤ 500 training images (seeded)."""
+    from torchvision import datasets, transforms
+
     folder = Path(root).expanduser()
     layout = "ImageFolder layout is <root>/train/<class>/<image> and <root>/val/<class>/<image>"
     if not (folder / "train").is_dir() or not (folder / "val").is_dir():
@@ -111,8 +118,11 @@ def imagefolder(root: str, augment: bool = False, channels: int | None = None, i
 imagefolder.reads = ("train", "val")
 
 
-def _estimate_stats(folder: datasets.ImageFolder, extra: list, seed: int, n: int = 500):
-    """Per-channel mean and std over a seeded sample of ≤ ``n`` training images."""
+def _estimate_stats(folder, extra: list, seed: int, n: int = 500):
+    """Per-channel mean and std over a seeded sample of ≤ ``n`` training images of ``folder``
+    (a torchvision ImageFolder)."""
+    from torchvision import transforms
+
     to_tensor = transforms.Compose([*extra, transforms.ToTensor()])
     g = torch.Generator().manual_seed(seed)
     idx = torch.randperm(len(folder), generator=g)[:n].tolist()

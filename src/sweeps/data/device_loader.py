@@ -25,10 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import sys
+
 import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
-from torchvision import datasets
 
 from sweeps.data.builtin import CIFAR10_STATS, MNIST_STATS
 from sweeps.errors import UsageError
@@ -47,11 +48,21 @@ class Resident:
     stats: tuple | None = None
 
 
+def _torchvision_kind(ds: Dataset) -> str | None:
+    """``"cifar10"`` or ``"mnist"`` for torchvision's CIFAR10 / MNIST, else None. torchvision is
+    not imported for this: a dataset of its kind exists only where it was imported already (its
+    import pulls in torch._dynamo, ~1.2 s that a tabular or synthetic job does not need)."""
+    datasets = sys.modules.get("torchvision.datasets")
+    if datasets is None:
+        return None
+    return "cifar10" if isinstance(ds, datasets.CIFAR10) else "mnist" if isinstance(ds, datasets.MNIST) else None
+
+
 def can_reside(ds: Dataset) -> bool:
     """Whether :func:`resident` can hold ``ds`` on the device (tensors, CIFAR-10, MNIST, or a
     subset of one of them)."""
     inner = ds.dataset if isinstance(ds, Subset) else ds
-    return isinstance(inner, (TensorDataset, datasets.CIFAR10, datasets.MNIST))
+    return isinstance(inner, TensorDataset) or _torchvision_kind(inner) is not None
 
 
 def resident_loader(loader: str, train: Dataset) -> bool:
@@ -73,10 +84,10 @@ def resident(ds: Dataset) -> Resident:
     if isinstance(ds, TensorDataset):
         x, y = ds.tensors
         out = Resident(x, y)
-    elif isinstance(ds, datasets.CIFAR10):  # .data: (N, 32, 32, 3) uint8 numpy, HWC
+    elif _torchvision_kind(ds) == "cifar10":  # .data: (N, 32, 32, 3) uint8 numpy, HWC
         out = Resident(torch.from_numpy(np.ascontiguousarray(ds.data)).permute(0, 3, 1, 2).contiguous(),
                        torch.as_tensor(ds.targets, dtype=torch.long), CIFAR10_STATS)
-    elif isinstance(ds, datasets.MNIST):  # .data: (N, 28, 28) uint8 tensor
+    elif _torchvision_kind(ds) == "mnist":  # .data: (N, 28, 28) uint8 tensor
         out = Resident(ds.data.unsqueeze(1).contiguous(), torch.as_tensor(ds.targets, dtype=torch.long), MNIST_STATS)
     else:
         raise UsageError(f"dataset.loader=device needs tensors in memory (a TensorDataset, CIFAR-10, MNIST), "

@@ -1,4 +1,9 @@
-"""``python -m sweeps [-m] key=value ...``: compose the config with Hydra and run the job(s)."""
+"""``python -m sweeps [-m] key=value ...``: compose the config with Hydra and run the job(s).
+
+Lazy start: this module and what it imports before a job starts (Hydra, the config package, the
+sweep callback) load neither torch, torchvision nor mlflow, so ``--help``, ``--cfg job``, a
+composition error and a bad value answer in about a second; the job module (and with it torch)
+is imported once a job's values are checked (``scripts/bench_startup.py`` times it)."""
 from __future__ import annotations
 
 import logging
@@ -9,9 +14,9 @@ import hydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from sweeps import config
+from sweeps import config, names
 from sweeps.errors import UsageError
-from sweeps.launch import job, outcome, signals, sweep
+from sweeps.launch import outcome, signals, sweep
 
 config.register()
 
@@ -22,6 +27,9 @@ def main(cfg: DictConfig) -> str:
     Slurm job, where it ends that job alone: the sweep's process records it ``error`` and keeps its
     parent run (:mod:`sweeps.launch.slurm_launcher`)."""
     try:
+        config.validate(config.complete(cfg))  # before torch is imported: a bad value answers at once
+        from sweeps.launch import job
+
         return job.run(cfg)
     except UsageError as e:
         from sweeps.launch import slurm
@@ -34,8 +42,8 @@ def main(cfg: DictConfig) -> str:
 
 def interrupted_message(signal_name: str) -> str:
     """What stderr says after a signal: the same as the MLflow runs say."""
-    last = job.LAST_JOB
-    if last.get("outcome") == outcome.KILLED:
+    last = outcome.LAST_JOB
+    if last.get("outcome") == names.KILLED:
         return f"sweeps: interrupted by {signal_name}: job {last['name']!r} is KILLED; rerun to resume it"
     if last:
         return (f"sweeps: interrupted by {signal_name} after job {last['name']!r} ended {last['outcome']}; "
@@ -81,7 +89,7 @@ def cli() -> None:
             raise
         sweep.stop(UsageError(one_line(e)))  # one line, exit 2; a multirun's parent run (no job yet) removed
     except SystemExit as e:  # Hydra's own argument errors exit 1 (or 2 from argparse)
-        if e.code == 1 and not job.LAST_JOB:  # before any job ran: bad input, the documented 2
+        if e.code == 1 and not outcome.LAST_JOB:  # before any job ran: bad input, the documented 2
             sys.exit(2)
         raise
     except KeyboardInterrupt as e:  # Terminated too

@@ -17,6 +17,7 @@ from sweeps.launch.sweep import summary_row
 from sweeps.tracking import naming
 from sweeps.tracking.console import summary_table
 from sweeps.errors import brief
+from sweeps.train.memory import release_memory
 
 log = logging.getLogger("sweeps")
 # MLflow run status per outcome (README "MLflow"): FAILED — the job ran and did not get through its
@@ -83,7 +84,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         except Exception as e:  # one failed step never stops the run from being closed
             log.warning("job %s: %s while finishing (%s: %s)", job.name, getattr(step, "__name__", "step"),
                         type(e).__name__, brief(e))
-    oc.release_memory(job.device)
+    release_memory(job.device)
     oc.note(outcome)
     try:
         job.writer.flush()

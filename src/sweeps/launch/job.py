@@ -36,7 +36,6 @@ from sweeps.train.checkpoint import Checkpoints
 
 log = logging.getLogger("sweeps")
 JOURNAL = "epochs.jsonl"  # the run's per-epoch records, beside its checkpoints
-LAST_JOB: dict[str, str] = {}  # the last job this process closed: name, outcome, run_id, tracking_uri (the CLI's last words)
 
 
 def _hydra_context() -> tuple[str, dict[str, str], bool]:
@@ -163,7 +162,7 @@ class JobRun:
                 if tb is not None:  # free the failed frames' tensors before memory is released
                     traceback.clear_frames(tb)
                 finish(self, outcome, error, peak)
-                LAST_JOB.update(name=self.name, outcome=outcome, run_id=self.writer.run_id if self.writer else "",
+                oc.LAST_JOB.update(name=self.name, outcome=outcome, run_id=self.writer.run_id if self.writer else "",
                                 tracking_uri=self.client.tracking_uri)
         if pending and not isinstance(exc, KeyboardInterrupt):  # arrived while finishing: the job is closed
             raise signals.as_exception(pending[0])

@@ -16,14 +16,13 @@ from hydra.errors import InstantiationException
 
 from sweeps.errors import DataUnavailable, DeviceUnavailable, Diverged, RankFailed
 from sweeps.names import DIVERGED, ERROR, KILLED, OK, OOM, SKIPPED, UNAVAILABLE  # noqa: F401 (re-exported)
-from sweeps.train import memory
-from sweeps.train.memory import is_oom, is_sticky_cuda_error, release_memory  # noqa: F401 (re-exported)
 
 STICKY_NOTE = ("sticky CUDA error: this process's CUDA context is lost, its later CUDA jobs end unavailable; "
                "rerun the sweep to run them in a fresh process")
 
 
 _counts: Counter = Counter()  # outcomes of the jobs run by this process (exit status, skips)
+LAST_JOB: dict[str, str] = {}  # the last job this process closed: name, outcome, run_id, tracking_uri (the CLI's last words)
 
 
 def explain(exc: BaseException) -> tuple[BaseException, str]:
@@ -37,6 +36,9 @@ def explain(exc: BaseException) -> tuple[BaseException, str]:
 
 def classify(exc: BaseException) -> tuple[str, str]:
     """``(outcome, one-line message)`` for an exception that ended a job."""
+    from sweeps.train import memory  # torch: a job that failed has it loaded already
+    from sweeps.train.memory import is_oom, is_sticky_cuda_error
+
     exc, line = explain(exc)
     if "Original Traceback" in str(exc):  # from a DataLoader worker: the line is the cause itself
         return (OOM if is_oom(exc) else ERROR), line
@@ -72,8 +74,10 @@ def note_sweep_errors(n: int) -> None:
 
 
 def reset() -> None:
-    """Forget the counts: a new command in the same process (:func:`sweeps.run`) starts from none."""
+    """Forget the counts and the last job: a new command in the same process (:func:`sweeps.run`)
+    starts from none."""
     _counts.clear()
+    LAST_JOB.clear()
 
 
 def exit_status() -> int:

@@ -1,5 +1,8 @@
 """A sweep as a whole: the Hydra callback that opens the MLflow parent run before the jobs, and
-closes it after them with the one-screen summary; and the stop on bad input."""
+closes it after them with the one-screen summary; and the stop on bad input.
+
+MLflow (and the tracking modules that import it) are imported where a run is written, not here:
+Hydra loads this callback before the sweep is checked, and a bad value answers without them."""
 from __future__ import annotations
 
 import logging
@@ -7,23 +10,22 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
-from mlflow import MlflowClient
-from mlflow.entities import RunTag
-from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from omegaconf import DictConfig
 
 from sweeps import names
-from sweeps.launch import outcome
-from sweeps.tracking import naming, resume, store
-from sweeps.tracking.console import summary_table
-from sweeps.launch.sweep_check import check_sweep
-from sweeps.tracking.env import environment_tags
-from sweeps.tracking.reliability import unreliable
 from sweeps.errors import UsageError, brief
+from sweeps.launch import outcome
+from sweeps.launch.sweep_check import check_sweep
+from sweeps.tracking import store
+from sweeps.tracking.console import summary_table
+from sweeps.tracking.reliability import unreliable
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 log = logging.getLogger("sweeps")
 
@@ -58,6 +60,8 @@ def summary_row(run: Any) -> dict:
 
 def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = None) -> str:
     """Print the summary of ``runs``; log it to the parent run when there is one."""
+    from mlflow.entities import RunTag
+
     table = summary_table([summary_row(r) for r in runs])
     counts = Counter(r.data.tags.get(names.OUTCOME_TAG, "?") for r in runs)
     text = f"{table}\n{len(runs)} job(s): " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
@@ -72,6 +76,10 @@ def describe_sweep(client: MlflowClient, parent_run_id: str, children: list, sum
     """Give the parent run what its jobs share as params (:func:`sweeps.tracking.naming.shared_params`,
     in batches of 100, MLflow's limit per call) and its summary in the description. Never raises:
     a store that refuses is reported in one line, the sweep's result stands."""
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+    from sweeps.tracking import naming
+
     try:
         tags = client.get_run(parent_run_id).data.tags
         params = naming.shared_params([dict(r.data.params) for r in children])
@@ -106,6 +114,8 @@ def stop(error: UsageError) -> None:
     print(f"sweeps: error: {message}", file=sys.stderr, flush=True)
     parent, uri = _close_sweep_env()
     if parent and uri:
+        from mlflow import MlflowClient
+
         client = MlflowClient(uri)
         client.set_tag(parent, names.STOPPED_TAG, message[:5000])
         client.set_terminated(parent, "FAILED")
@@ -118,6 +128,8 @@ def interrupted(signal_name: str) -> None:
     """Close the sweep's parent run KILLED after SIGINT/SIGTERM (the job's run is closed by the job)."""
     parent, uri = _close_sweep_env()
     if parent and uri:
+        from mlflow import MlflowClient
+
         client = MlflowClient(uri)
         client.set_tag(parent, names.OUTCOME_TAG, names.KILLED)
         client.set_tag(parent, names.STOPPED_TAG, f"interrupted by {signal_name}")
@@ -153,6 +165,11 @@ class SweepCallback(Callback):
                             f"{brief(e)}): check the store, or set mlflow.tracking_uri=..."))
 
     def _open_parent(self, config: DictConfig, client: MlflowClient, experiment_id: str) -> None:
+        from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+        from sweeps.tracking import naming, resume
+        from sweeps.tracking.env import environment_tags
+
         resume.mark_stale(client, experiment_id)
         name = "/".join(Path(str(config.hydra.sweep.dir)).parts[-2:]) or "sweep"
         command = " ".join(["python -m sweeps", *sys.argv[1:]])[:5000]
@@ -173,6 +190,8 @@ class SweepCallback(Callback):
         parent, uri = _close_sweep_env()
         if not parent or not uri:
             return
+        from mlflow import MlflowClient
+
         client = MlflowClient(uri)
         try:
             self._close_parent(config, client, parent)

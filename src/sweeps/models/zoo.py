@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-import torchvision
 from torch import nn
 
 
@@ -127,6 +126,8 @@ def resnet50(in_shape: Sequence[int], num_outputs: int) -> nn.Module:
     """
     if len(in_shape) != 3:
         raise ValueError(f"resnet50 needs image input (C, H, W), got shape {tuple(in_shape)}")
+    import torchvision  # here: only this model needs it (its import pulls in torch._dynamo, ~1.2 s)
+
     model = torchvision.models.resnet50(weights=None, num_classes=num_outputs)
     if in_shape[0] != 3:
         model.conv1 = nn.Conv2d(in_shape[0], 64, kernel_size=7, stride=2, padding=3, bias=False)

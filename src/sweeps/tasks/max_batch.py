@@ -8,7 +8,7 @@ batch, which it does for these models.
 A trial is one real training step at that batch — forward, backward and optimizer step through
 the job's own :class:`~sweeps.train.loop.Trainer` (same precision, autocast, loss scaling,
 channels_last, optimizer implementation, so the same memory) — plus one evaluation batch, on
-random inputs of the dataset's shape. Out of memory is any allocator's (:func:`outcome.is_oom`).
+random inputs of the dataset's shape. Out of memory is any allocator's (:func:`sweeps.train.memory.is_oom`).
 Recovery happens *outside* the ``except`` block: inside it the traceback still holds the failed
 frames and their tensors. Then the gradients are dropped, garbage is collected and the CUDA
 cache emptied, so each trial starts from the memory the previous one found.

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import functools
 import getpass
+import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import torch
-import torchvision
 from mlflow.entities import SourceType
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER
 
@@ -36,6 +39,24 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _torchvision_version() -> str | None:
+    """torchvision's ``__version__`` (with its build tag, e.g. ``0.29.1+cu130``) without importing
+    it where no job did (the import pulls in torch._dynamo, ~1.2 s): read from its ``version.py``,
+    else the distribution's metadata (no build tag); None when it is not installed."""
+    if "torchvision" in sys.modules:
+        return sys.modules["torchvision"].__version__
+    try:
+        spec = importlib.util.find_spec("torchvision")
+        if spec is not None and spec.submodule_search_locations:
+            text = (Path(spec.submodule_search_locations[0]) / "version.py").read_text()
+            found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+            if found:
+                return found.group(1)
+        return importlib.metadata.version("torchvision")
+    except (OSError, ImportError, ValueError):
+        return None
 
 
 def _git_commit() -> str:
@@ -142,7 +163,7 @@ def fingerprint() -> dict:
         "cuda_runtime": torch.version.cuda,  # the CUDA torch was built with
         "cudnn": _cudnn(),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": _torchvision_version(),
         "numpy": numpy.__version__,
         "python": platform.python_version(),
         "git_commit": _git_commit(),

@@ -1,7 +1,9 @@
 """The MLflow store: where it is, opening it (and the experiment) safely, finding a sweep's runs.
 
 Everything goes through an explicit :class:`mlflow.MlflowClient` (no global "active run"), so
-jobs that run one after another in one process never inherit each other's state.
+jobs that run one after another in one process never inherit each other's state. Importing this
+module loads nothing heavy (MLflow, SQLAlchemy and requests are imported where a store is opened):
+the command line answers ``--help`` and bad input without them.
 """
 from __future__ import annotations
 
@@ -9,18 +11,15 @@ import logging
 import os
 import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import requests
-from filelock import FileLock, Timeout
-from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
-from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 from omegaconf import DictConfig, OmegaConf
-from sqlalchemy.exc import SQLAlchemyError
 
 from sweeps import names
 from sweeps.errors import UsageError, brief
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 PARENT_RUN_ENV = "SWEEPS_PARENT_RUN_ID"  # set by the sweep callback, read by each job
 SWEPT_KEYS_ENV = "SWEEPS_SWEPT_KEYS"  # the keys a sweep varies, comma-separated (job names)
@@ -90,6 +89,11 @@ def prepare(cfg: DictConfig) -> tuple[MlflowClient, str]:
     Raises:
         UsageError: the store cannot be opened or the server does not answer (one line).
     """
+    from filelock import FileLock, Timeout
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
     uri = tracking_uri(cfg)
     quiet_sqlite()
     if uri.startswith(("http://", "https://")):
@@ -130,6 +134,8 @@ def _check_writable(path: str) -> None:
 
 
 def _check_server(uri: str, timeout_s: float = 5.0) -> None:
+    import requests
+
     try:
         requests.get(uri.rstrip("/") + "/health", timeout=timeout_s).raise_for_status()
     except requests.RequestException as e:
@@ -138,6 +144,8 @@ def _check_server(uri: str, timeout_s: float = 5.0) -> None:
 
 
 def _experiment(client: MlflowClient, name: str) -> tuple[MlflowClient, str]:
+    from mlflow.exceptions import MlflowException
+
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         return client, exp.experiment_id
@@ -158,6 +166,8 @@ def parent_run_id() -> str | None:
 def flatten(cfg: DictConfig, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """The resolved config as ``{dotted.key: str(value)}`` (lists kept whole, e.g. ``[64, 128]``),
     without the top-level nodes ``skip``."""
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+
     out: dict[str, str] = {}
 
     def walk(node: Any, prefix: str) -> None:

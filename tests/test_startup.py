@@ -1,0 +1,51 @@
+"""Lazy start: the command line answers ``--help``, ``--cfg job``, a composition error and a bad
+value (in a single run or anywhere in a sweep list) without importing torch, torchvision or
+mlflow — the imports that made ``--help`` take 7 s. Real processes: the import graph of a fresh
+interpreter is the point. How fast it answers is measured by scripts/bench_startup.py."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import TEST_CONF
+
+HEAVY = ("torch", "torchvision", "mlflow")
+
+
+def _imports(args: list[str], cwd) -> tuple[subprocess.CompletedProcess, set[str]]:
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "sweeps", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    return proc, loaded
+
+
+@pytest.mark.parametrize("args, code, says", [
+    (["--help"], 0, "Powered by Hydra"),
+    (["--cfg", "job"], 0, "_target_"),
+    (["batch=abc"], 2, "batch='abc' is not valid"),
+    (["-m", "batch=128,abc", "epochs=5"], 2, "job batch=abc"),
+    (["modle=mlp"], 2, "Key 'modle' not in"),
+    (["model=resnet5"], 2, "Could not find 'model/resnet5'"),
+])
+def test_the_command_line_answers_without_the_heavy_imports(tmp_path, args, code, says):
+    proc, loaded = _imports([*args, TEST_CONF], tmp_path)
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert says in proc.stdout + proc.stderr
+    assert not loaded & set(HEAVY), f"{' '.join(args)} imported {sorted(loaded & set(HEAVY))}"
+    assert not (tmp_path / "mlruns").exists()  # nothing was opened either
+
+
+@pytest.mark.slow  # a whole job under -X importtime: ~13 s
+def test_a_tabular_job_does_not_import_torchvision(tmp_path):
+    """torchvision (whose import pulls in torch._dynamo's 1.2 s) is imported only by the jobs
+    that use it: image datasets and ResNet-50; the run still records its version."""
+    proc, loaded = _imports(["+experiment=diabetes", "batch=full", "epochs=1", "telemetry.figure=false", TEST_CONF],
+                            tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "torch" in loaded and "mlflow" in loaded and "torchvision" not in loaded
+    from conftest import runs
+
+    (run,) = runs(tmp_path, "diabetes")  # the preset's experiment
+    assert run.data.tags["env.torchvision"].startswith(__import__("torchvision").__version__.split("+")[0])
