@@ -187,3 +187,69 @@ def test_sigint_while_importing_stops_at_once(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert err.strip().splitlines()[-1] == "sweeps: interrupted by SIGINT before any job ran"
     assert "Traceback" not in err
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (a stale run's owner)."""
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(proc.stdout)
+
+
+def _stale_run(client, experiment_id: str, config_hash: str) -> str:
+    """A run left RUNNING by a dead process of this host, as a SIGKILLed job leaves it."""
+    import socket
+
+    from sweeps import names
+
+    tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: config_hash,
+            names.OUTCOME_TAG: names.RUNNING}
+    return client.create_run(experiment_id, run_name="stale", tags=tags).info.run_id
+
+
+def test_marking_a_stale_run_killed_replays_its_journal_first_exactly_once(tmp_path):
+    """kill -9 after epoch 5 was printed but only epochs 1-2 were sent: the journal's epochs 3-5
+    reach the run before it is closed, each once, however often the store is opened again."""
+    import json
+
+    from mlflow import MlflowClient
+
+    from sweeps.tracking import resume
+    from sweeps.tracking.epochs import JOURNAL
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("stale")
+    run_id = _stale_run(client, experiment, "h1")
+    records = [{"epoch": e, "train/loss": 1.0 / e, "time/epoch_s": 0.1 * e} for e in range(1, 6)]
+    for rec in records[:2]:  # what the dead process had sent
+        client.log_metric(run_id, "train/loss", rec["train/loss"], step=rec["epoch"])
+    journal = tmp_path / "checkpoints" / "h1" / run_id / JOURNAL
+    journal.parent.mkdir(parents=True)
+    journal.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"epoch": 6, "train/lo')  # torn last line
+    for _ in range(2):  # the sweep's start and the job's own: the second finds nothing to do
+        resume.mark_stale(client, experiment, tmp_path / "checkpoints")
+    run = client.get_run(run_id)
+    assert run.info.status == "KILLED" and run.data.tags["outcome"] == "killed"
+    for key in ("train/loss", "time/epoch_s"):
+        steps = sorted(m.step for m in client.get_metric_history(run_id, key))
+        assert steps == [1, 2, 3, 4, 5], (key, steps)  # every epoch the journal holds, each once
+
+
+def test_a_config_that_ends_done_removes_its_killed_runs_folders(tmp_path):
+    """A killed run's checkpoints and journal stay until a later run of the same config ends ok;
+    then they go. A folder whose run is still RUNNING (another process) stays."""
+    from mlflow import MlflowClient
+
+    from sweeps.tracking import resume
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("clear")
+    killed = client.create_run(experiment).info.run_id
+    client.set_terminated(killed, "KILLED")
+    running = client.create_run(experiment).info.run_id
+    done = client.create_run(experiment).info.run_id
+    root = tmp_path / "checkpoints" / "h1"
+    for run_id in (killed, running, done):
+        (root / run_id).mkdir(parents=True)
+        (root / run_id / "epoch_3.pt").write_bytes(b"x")
+    resume.clear_finished(tmp_path / "checkpoints", "h1", client, keep=done)
+    assert sorted(p.name for p in root.iterdir()) == sorted([running, done])

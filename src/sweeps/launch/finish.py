@@ -14,7 +14,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 from sweeps import names
 from sweeps.launch import outcome as oc
 from sweeps.launch.sweep import summary_row
-from sweeps.tracking import naming
+from sweeps.tracking import naming, resume
 from sweeps.tracking.console import summary_table
 from sweeps.errors import brief
 from sweeps.train.memory import release_memory
@@ -76,7 +76,8 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         if records:
             job.writer.log_text(job.epochs.csv(), "epochs.csv")
         if outcome in names.DONE:
-            job.checkpoints.clear()
+            job.checkpoints.clear()  # and the folders of this config's earlier, killed runs
+            resume.clear_finished(job.cfg.checkpoint.dir, job.config_hash, job.client, job.writer.run_id)
 
     for step in (lambda: tel is not None and tel.stop(), summary, telemetry, artifacts):
         try:

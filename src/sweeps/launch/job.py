@@ -30,12 +30,11 @@ from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import inputs, naming, resume, store
 from sweeps.data.fingerprint import data_fingerprint
 from sweeps.tracking.env import environment_tags, fingerprint_json, hardware
-from sweeps.tracking.epochs import EpochLog, truncate_journal
+from sweeps.tracking.epochs import JOURNAL, EpochLog, truncate_journal
 from sweeps.tracking.writer import RunWriter
 from sweeps.train.checkpoint import Checkpoints
 
 log = logging.getLogger("sweeps")
-JOURNAL = "epochs.jsonl"  # the run's per-epoch records, beside its checkpoints
 
 
 def _hydra_context() -> tuple[str, dict[str, str], bool]:
@@ -201,7 +200,7 @@ def run(cfg: DictConfig) -> str:
     task = create(cfg)
     client, experiment_id = store.prepare(cfg)
     if not multirun:  # a sweep does this once, in its callback
-        resume.mark_stale(client, experiment_id)
+        resume.mark_stale(client, experiment_id, cfg.checkpoint.dir)
     identity = {names.DATA_TAG: data_fingerprint(cfg.dataset), names.HARDWARE_TAG: hardware(cfg.device.name)}
     task.other_settings = tuple(settings_of_other_tasks(cfg.task))  # neither params nor identity
     chash = resume.config_hash(cfg, task.other_settings, identity)

@@ -170,7 +170,7 @@ class SweepCallback(Callback):
         from sweeps.tracking import naming, resume
         from sweeps.tracking.env import environment_tags
 
-        resume.mark_stale(client, experiment_id)
+        resume.mark_stale(client, experiment_id, config.checkpoint.dir)
         name = "/".join(Path(str(config.hydra.sweep.dir)).parts[-2:]) or "sweep"
         command = " ".join(["python -m sweeps", *sys.argv[1:]])[:5000]
         tags = {**environment_tags(), **resume.owner_tags(), names.KIND_TAG: "sweep", names.SWEEP_DIR_TAG: str(config.hydra.sweep.dir),

@@ -15,6 +15,7 @@ from pathlib import Path
 from sweeps import names
 from sweeps.tracking.console import EpochTable
 
+JOURNAL = "epochs.jsonl"  # a run's per-epoch records, in its folder beside its checkpoints
 log = logging.getLogger("sweeps")
 
 

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from mlflow import MlflowClient
@@ -17,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeps import names
 from sweeps.names import DONE, HASH_TAG, HOST_TAG, PID_TAG, RESUMED_TAG  # noqa: F401 (re-exported)
+from sweeps.tracking.epochs import JOURNAL, read_journal
 
 log = logging.getLogger("sweeps")
 
@@ -67,9 +69,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def mark_stale(client: MlflowClient, experiment_id: str) -> int:
+def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | Path | None = None) -> int:
     """Close runs left RUNNING by a process of this host that no longer exists (SIGKILL, power
-    loss): status KILLED, ``outcome=killed``. Runs of other hosts are left alone. Returns the count."""
+    loss): status KILLED, ``outcome=killed``. Runs of other hosts are left alone. Returns the count.
+
+    Write-ahead all the way: before a stale run is closed, what its journal
+    (``<checkpoint_dir>/<config hash>/<run id>/epochs.jsonl``) holds that never reached MLflow
+    — the epochs the dead process had printed but not yet sent — is replayed into it, each
+    (metric, epoch) once (:meth:`RunWriter.replay` checks the run's history first)."""
     host = socket.gethostname()
     stale = 0
     for run in client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
@@ -79,6 +86,8 @@ def mark_stale(client: MlflowClient, experiment_id: str) -> int:
         pid = int(tags[PID_TAG])
         if pid == os.getpid() or _alive(pid):
             continue
+        if checkpoint_dir is not None and tags.get(HASH_TAG):
+            _replay_journal(client, run.info.run_id, Path(checkpoint_dir) / tags[HASH_TAG] / run.info.run_id / JOURNAL)
         client.set_tag(run.info.run_id, names.OUTCOME_TAG, names.KILLED)
         client.set_tag(run.info.run_id, names.ERROR_TAG,
                        f"process {pid} on {host} ended without closing the run (SIGKILL or power loss)")
@@ -87,3 +96,38 @@ def mark_stale(client: MlflowClient, experiment_id: str) -> int:
     if stale:
         log.info("marked %d run(s) left RUNNING by dead processes as killed", stale)
     return stale
+
+
+def _replay_journal(client: MlflowClient, run_id: str, journal: Path) -> None:
+    """Send what ``journal`` holds and run ``run_id`` lacks (never raises: the run is closed anyway)."""
+    from sweeps.tracking.writer import RunWriter
+
+    records = read_journal(journal)
+    if not records:
+        return
+    writer = RunWriter.attach(client, run_id, reopen=False)
+    try:
+        sent = writer.replay(records)
+    finally:
+        writer.close()
+    if sent:
+        log.info("run %s: %d metric value(s) of epochs its dead process had not sent, replayed from %s",
+                 run_id, sent, journal)
+
+
+def clear_finished(checkpoint_dir: str | Path, config_hash: str, client: MlflowClient, keep: str) -> None:
+    """Remove the folders (checkpoints, journal) of the earlier runs of ``config_hash`` once its
+    run ``keep`` ended done (``ok``/``oom``): a killed run's folder serves no resume after that.
+    A folder whose run is still RUNNING (another process) is left alone."""
+    import shutil
+
+    root = Path(checkpoint_dir) / config_hash
+    for folder in root.glob("*") if root.is_dir() else []:
+        if folder.name == keep or not folder.is_dir():
+            continue
+        try:
+            if client.get_run(folder.name).info.status == "RUNNING":
+                continue
+        except Exception:  # noqa: BLE001 (not a run of this store, or the store refuses: keep it)
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
