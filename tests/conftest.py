@@ -68,13 +68,20 @@ def compose(overrides: list[str]):
 @pytest.fixture
 def in_process(tmp_path, monkeypatch):
     """Run one job in-process as ``python -m sweeps`` (no ``-m``) would, in ``tmp_path`` (its
-    ./mlruns store and ./checkpoints): ``in_process(overrides) -> outcome``."""
-    from sweeps.launch import job
+    ./mlruns store and ./checkpoints): ``in_process(overrides) -> outcome``. Each call is a
+    command of its own: a signal an earlier call was interrupted by is forgotten (a rerun is a
+    new process), and the sweep's handlers are installed again where it had replaced them."""
+    from sweeps.launch import job, signals
 
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.startswith(("MLFLOW_", "SWEEPS_"))]:
         monkeypatch.delenv(key)
-    return lambda overrides: job.run(compose(overrides))
+
+    def run(overrides: list[str]) -> str:
+        if signals.received():
+            signals.install()
+        return job.run(compose(overrides))
+    return run
 
 
 def cli_in_process(args: list[str], cwd: Path, fresh_store: bool = False) -> subprocess.CompletedProcess:

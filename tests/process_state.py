@@ -21,7 +21,7 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
-from sweeps.launch import device, gpu_pool, outcome, sweep
+from sweeps.launch import device, gpu_pool, outcome, signals, sweep
 from sweeps.train import memory
 
 # torch's process-wide knobs as (name, read, write). The TF32 ones exist twice in recent torch:
@@ -71,7 +71,7 @@ _CONFIGS = ("torch._dynamo.config", "torch._inductor.config", "torch._functorch.
 # The project's process state: (module, global) — a job's outcome counts, the last job closed,
 # the last sweep closed, a sticky CUDA error, the GPUs this process made contexts on, the GPU
 # pool's latest wait.
-_GLOBALS = ((outcome, "_counts"), (outcome, "LAST_JOB"), (sweep, "LAST_SWEEP"), (memory, "cuda_lost"),
+_GLOBALS = ((outcome, "_counts"), (outcome, "LAST_JOB"), (sweep, "LAST_SWEEP"), (sweep, "PLANNED"), (signals, "_received"), (memory, "cuda_lost"),
             (device, "_contexts"), (gpu_pool, "_waited"))
 _SIGNALS = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
 _PYTEST_ENV = "PYTEST_CURRENT_TEST"  # pytest's own, rewritten for every phase of every test

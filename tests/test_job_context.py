@@ -145,3 +145,39 @@ def test_resume_from_an_older_checkpoint_never_logs_a_step_twice(tmp_path, in_pr
     for key in ("train/loss", "time/epoch_s"):
         steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, key)]
         assert sorted(steps) == [1, 2, 3, 4, 5, 6], key  # epoch 4 ran twice, is logged once
+
+
+def test_a_storm_of_signals_while_closing_is_noted_never_raised(tmp_path, in_process, monkeypatch):
+    """Ctrl-C held down: the first SIGINT (in epoch 2) kills the job, 30 more arrive while its run
+    is closed — none is raised into the close, the run holds its epochs and artifacts, and the
+    process knows it was interrupted (the CLI exits 130)."""
+    calls = iter(range(100))
+    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a, **k: next(calls) == 1)
+    real_csv = EpochLog.csv
+
+    def csv_in_a_storm(self):
+        for _ in range(30):
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_csv(self)
+    monkeypatch.setattr(EpochLog, "csv", csv_in_a_storm)
+    with pytest.raises(KeyboardInterrupt):
+        in_process(TINY)
+    run = _assert_killed(tmp_path, "SIGINT")
+    assert "epochs.csv" in {a.path for a in store(tmp_path).list_artifacts(run.info.run_id)}
+    assert [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, "train/loss")] == [1]
+    assert len(signals.received()) == 31
+    os.kill(os.getpid(), signal.SIGINT)  # and any later one: noted, not raised
+    assert len(signals.received()) == 32
+
+
+def test_a_signal_after_the_last_epoch_keeps_the_job_ok(tmp_path, in_process, monkeypatch):
+    """The signal lands after the job's last epoch was recorded, before its run is closed: every
+    epoch ran, so the outcome is ok (a rerun skips it), and the sweep still stops."""
+    _signal_on(monkeypatch, EpochLog, "append", signal.SIGINT, before=False,
+               when=lambda self, rec: rec["epoch"] == 3)
+    with pytest.raises(KeyboardInterrupt):
+        in_process(TINY)
+    run = _the_run(tmp_path)
+    assert run.info.status == "FINISHED" and run.data.tags["outcome"] == "ok", run.data.tags
+    assert [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, "train/loss")] == [1, 2, 3]
+    assert "no job was left to run" in cli.interrupted_message("SIGINT")  # a single run: nothing to rerun

@@ -60,6 +60,7 @@ def test_resume_with_workers_reproduces_the_loss_curve(tmp_path, monkeypatch):
         with pytest.raises(KeyboardInterrupt):
             job.run(compose(overrides))
         monkeypatch.setattr(Trainer, "train_epoch", train_epoch)
+        signals.install()  # the rerun: a new command, whose handlers have not seen a signal
         assert job.run(compose(overrides)) == "ok"
         resumed, run = _curve(killed, overrides)
         assert run.data.tags["resumed"] == "true"

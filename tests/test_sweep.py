@@ -1,7 +1,8 @@
 """A real multirun through the CLI against a real sqlite MLflow store: nesting, outcomes, names.
 
-The OOM sweep is a real process (exit status 0, the parent/child structure a user's sweep
-writes); the error sweep runs the CLI in-process (exit status 1), single jobs too (``in_process``)."""
+The OOM sweep (exit status 0) and the error sweep (exit status 1) go through the CLI's entry
+point in-process (``cli_in_process``: the parent/child structure a user's sweep writes), single
+jobs through ``in_process``; real processes are tested in test_nothing_lost and test_startup."""
 from __future__ import annotations
 
 import csv
@@ -9,7 +10,7 @@ import csv
 import pytest
 import torch
 
-from conftest import TEST_CONF, cli_in_process, runs, start_together, store
+from conftest import TEST_CONF, cli_in_process, runs, store
 
 EPOCH_METRICS = {"time/epoch_s", "time/eval_s", "phase/sum_s", "train/loss", "train/acc", "test/loss",
                  "test/acc", "phase/data_ms", "phase/forward_ms", "phase/backward_ms", "phase/optimizer_ms",
@@ -28,16 +29,11 @@ ERROR_SWEEP = ["-m", "model=broken,mlp", "batch=32", *TINY]  # in-process: exit 
 
 
 @pytest.fixture(scope="module")
-def sweeps(tmp_path_factory) -> dict[str, tuple]:
-    """The module's real sweep, started when the first test needs it."""
-    yield from start_together(tmp_path_factory, SWEEPS)
-
-
-@pytest.fixture(scope="module")
-def oom_sweep(sweeps):
-    """model=oom_above,mlp × batch=16,64: the OOM job (oom_above, 64) comes second, jobs follow it."""
-    cwd, started = sweeps["oom_sweep"]
-    return cwd, started.result()
+def oom_sweep(tmp_path_factory):
+    """model=oom_above,mlp × batch=16,64: the OOM job (oom_above, 64) comes second, jobs follow it.
+    Through the CLI's entry point in this process (exit status, stdout, the store it writes)."""
+    cwd = tmp_path_factory.mktemp("oom_sweep")
+    return cwd, cli_in_process(SWEEPS["oom_sweep"], cwd)
 
 
 def test_sweep_finishes_with_exit_0_despite_oom(oom_sweep):

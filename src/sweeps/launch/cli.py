@@ -41,14 +41,29 @@ def main(cfg: DictConfig) -> str:
 
 
 def interrupted_message(signal_name: str) -> str:
-    """What stderr says after a signal: the same as the MLflow runs say."""
+    """What stderr says after a signal: the same as the MLflow runs say, and whether a rerun has
+    anything left to do."""
     last = outcome.LAST_JOB
     if last.get("outcome") == names.KILLED:
         return f"sweeps: interrupted by {signal_name}: job {last['name']!r} is KILLED; rerun to resume it"
     if last:
+        planned = sweep.PLANNED.get("jobs")  # None: a single run; 0: a sweep whose size is not known
+        if planned is not None and (planned == 0 or outcome.jobs_ended() < planned):
+            return (f"sweeps: interrupted by {signal_name} after job {last['name']!r} ended {last['outcome']}; "
+                    "the sweep is KILLED; rerun it to run the remaining jobs")
         return (f"sweeps: interrupted by {signal_name} after job {last['name']!r} ended {last['outcome']}; "
-                "the sweep is KILLED; rerun it to run the remaining jobs")
+                "no job was left to run")
     return f"sweeps: interrupted by {signal_name} before any job ran"
+
+
+def _interrupted(name: str) -> None:
+    """Close the sweep's parent run KILLED, say so in one line, exit 130 (SIGINT) or 143 (SIGTERM).
+    Signals arriving meanwhile are only noted (:mod:`sweeps.launch.signals`)."""
+    with signals.held():
+        sweep.interrupted(name)
+        print(interrupted_message(name), file=sys.stderr)
+        logging.shutdown()
+    sys.exit(143 if name == "SIGTERM" else 130)
 
 
 def one_line(exc: BaseException) -> str:
@@ -80,6 +95,7 @@ def cli() -> None:
     one line for bad input (a composition error included); on SIGINT or SIGTERM close the runs as
     KILLED, flush the logs and exit 130 or 143."""
     signals.install()
+    sweep.PLANNED.clear()
     full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))  # the user asked for Hydra's traceback
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its message and exiting 1
     try:
@@ -93,10 +109,9 @@ def cli() -> None:
             sys.exit(2)
         raise
     except KeyboardInterrupt as e:  # Terminated too
-        name = getattr(e, "signal_name", "SIGINT")
-        with signals.held():  # a second Ctrl-C does not cut the sweep's closing short
-            sweep.interrupted(name)
-            print(interrupted_message(name), file=sys.stderr)
-            logging.shutdown()
-        sys.exit(143 if name == "SIGTERM" else 130)
+        _interrupted(getattr(e, "signal_name", "SIGINT"))
+    if signals.received():  # noted where it could not be raised (or swallowed by a library): still a stop
+        import signal as signal_module
+
+        _interrupted(signal_module.Signals(signals.received()[0]).name)
     sys.exit(outcome.exit_status())

@@ -75,6 +75,7 @@ class JobRun:
         self.identity = identity or {}  # data fingerprint and hardware: tags beside the hash
         self.writer: RunWriter | None = None
         self.telemetry = self.device = self.resume_state = None
+        self.epochs: EpochLog | None = None
         self.outcome: str | None = None
         self.error = ""
         self.started_at = time.perf_counter() if started_at is None else started_at  # time/job_s
@@ -167,11 +168,19 @@ class JobRun:
             raise signals.as_exception(pending[0])
         return isinstance(exc, Exception)  # failures are outcomes; signals and exits go on up
 
+    def _work_done(self) -> bool:
+        """Whether a training job's last epoch (``epochs``) had ended and been recorded."""
+        records = self.epochs.records if self.epochs is not None else []
+        return self.cfg.task == "train" and bool(records) and records[-1].get("epoch", 0) >= self.cfg.epochs
+
     def _classify(self, exc: BaseException | None) -> tuple[str, str]:
         if exc is None:
             return names.OK, ""
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             how = getattr(exc, "signal_name", "SIGINT") if isinstance(exc, KeyboardInterrupt) else "exit"
+            if self._work_done():  # every epoch ended before the signal: the job's result stands
+                log.info("job %s: %s arrived after its last epoch: outcome ok", self.name, how)
+                return names.OK, ""
             return names.KILLED, f"interrupted by {how}; rerun the sweep to resume from the last checkpoint"
         outcome, error = oc.classify(exc)
         if outcome == names.ERROR:
@@ -190,6 +199,7 @@ def run(cfg: DictConfig) -> str:
         KeyboardInterrupt: SIGINT/SIGTERM (after the job's run is closed ``killed``).
     """
     started_at = time.perf_counter()
+    signals.stop_if_received()  # the sweep was interrupted: no job starts after that
     complete(cfg)  # sweeps' own keys of the _target_ groups filled and checked, options named
     validate(cfg)
     preflight(cfg)  # what this machine lacks for every such job (compile=true without a C compiler)

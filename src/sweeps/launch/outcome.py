@@ -67,6 +67,11 @@ def count(outcome: str) -> int:
     return _counts[outcome]
 
 
+def jobs_ended() -> int:
+    """How many jobs this process ended (any outcome, skips included)."""
+    return sum(n for k, n in _counts.items() if not k.startswith("sweep_"))
+
+
 def note_sweep_errors(n: int) -> None:
     """The sweep's count of ``error`` jobs, read from its MLflow child runs (the jobs may have run
     in other processes: joblib, submitit)."""

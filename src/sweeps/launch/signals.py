@@ -1,9 +1,12 @@
-"""SIGINT and SIGTERM: raised as exceptions while a job works, held back while it writes its end.
+"""SIGINT and SIGTERM: the first is raised where the job is; every later one is only noted.
 
-While training, a signal raises :class:`KeyboardInterrupt` (SIGINT) or
+While training, the first signal raises :class:`KeyboardInterrupt` (SIGINT) or
 :class:`~sweeps.errors.Terminated` (SIGTERM) where the job is, and the job context turns it into
-``outcome=killed``. While the job context opens or closes a run, a signal is only noted
-(:func:`held`): the run is written whole, exactly once, and the signal is raised right after.
+``outcome=killed``. From then on, any number of further signals (Ctrl-C held down, a scheduler
+resending) are only noted (:func:`received`): they are never raised into the code that closes
+the runs, so every run is written whole and the process ends 130/143 with one line. While the
+job context opens or closes a run, even the first signal is only noted (:func:`held`): the run is
+written whole, exactly once, and the signal is raised right after.
 """
 from __future__ import annotations
 
@@ -15,19 +18,49 @@ from typing import Iterator
 from sweeps.errors import Terminated
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []  # the signals this process got since install(), in order
 
 
 def raise_terminated(signum, frame) -> None:
-    """The SIGTERM handler of a sweep process: raise like Ctrl-C, named SIGTERM."""
+    """The SIGTERM handler of a rank or a Slurm job's process: raise like Ctrl-C, named SIGTERM."""
     raise Terminated()
 
 
+def _note(signum, frame) -> None:
+    _received.append(signum)
+
+
+def _first(signum, frame) -> None:
+    """The first signal: from now on only noted, then raised here (where the job is)."""
+    _received.append(signum)
+    for s in SIGNALS:
+        signal.signal(s, _note)
+    raise as_exception(signum)
+
+
 def install() -> None:
-    """The handlers of a sweep process: SIGTERM raises :class:`Terminated`; SIGINT raises
-    KeyboardInterrupt even where the process inherited it ignored (a background job of a
-    non-interactive shell), so ``kill -INT`` still ends the sweep cleanly."""
-    signal.signal(signal.SIGTERM, raise_terminated)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    """The handlers of a sweep process: the first SIGINT or SIGTERM raises KeyboardInterrupt or
+    :class:`Terminated` (even where the process inherited SIGINT ignored, as a background job of a
+    non-interactive shell does, so ``kill -INT`` still ends the sweep cleanly); later ones are
+    noted only."""
+    _received.clear()
+    for s in SIGNALS:
+        signal.signal(s, _first)
+
+
+def received() -> list[int]:
+    """The signals noted since :func:`install` (empty: none), first first."""
+    return _received
+
+
+def stop_if_received() -> None:
+    """Raise the first signal's exception if one arrived already (a job must not start after the
+    sweep was interrupted, even where something swallowed the first exception).
+
+    Raises:
+        KeyboardInterrupt: SIGINT (or :class:`Terminated`: SIGTERM) was received."""
+    if _received:
+        raise as_exception(_received[0])
 
 
 def as_exception(signum: int) -> KeyboardInterrupt:
@@ -38,16 +71,25 @@ def as_exception(signum: int) -> KeyboardInterrupt:
 @contextmanager
 def held() -> Iterator[list[int]]:
     """Note SIGINT/SIGTERM instead of raising them for the body; yields the list of signals that
-    arrived (in order). Outside the main thread (no handlers can be set there) it does nothing."""
+    arrived in it (in order). Afterwards the handlers are put back — unless a signal arrived (in
+    the body or before): then every later one is only noted too. Outside the main thread (no
+    handlers can be set there) it does nothing."""
     pending: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield pending
         return
     saved = {s: signal.getsignal(s) for s in SIGNALS}
+
+    def note(signum, frame) -> None:
+        pending.append(signum)
+        _received.append(signum)
+
     for s in SIGNALS:
-        signal.signal(s, lambda signum, frame: pending.append(signum))
+        signal.signal(s, note)
     try:
         yield pending
     finally:
         for s, handler in saved.items():
+            if _received and saved[s] is _first:  # interrupted: no later signal is raised
+                handler = _note
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from sweeps import names
 from sweeps.errors import UsageError, brief
-from sweeps.launch import outcome
+from sweeps.launch import outcome, signals
 from sweeps.launch.sweep_check import check_sweep
 from sweeps.tracking import store
 from sweeps.tracking.console import summary_table
@@ -147,6 +147,7 @@ def _close_sweep_env() -> tuple[str | None, str | None]:
 
 
 LAST_SWEEP: dict[str, str] = {}  # the last sweep this process closed: run_id, tracking_uri (sweeps.run)
+PLANNED: dict[str, int] = {}  # "jobs": how many jobs the running sweep will launch (0: not known in advance)
 
 
 class SweepCallback(Callback):
@@ -154,15 +155,18 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            check_sweep(config)  # every job's values, before the parent run opens and any job starts
+            PLANNED["jobs"] = check_sweep(config)  # every job's values, before the parent run opens and any job starts
             client, experiment_id = store.prepare(config)
         except UsageError as e:
             stop(e)
-        try:
-            self._open_parent(config, client, experiment_id)
-        except Exception as e:  # Hydra would shrink it to a warning and run the jobs without a parent
-            stop(UsageError(f"cannot open the sweep's parent run in {client.tracking_uri} ({type(e).__name__}: "
-                            f"{brief(e)}): check the store, or set mlflow.tracking_uri=..."))
+        with signals.held() as pending:  # the parent run is opened whole: a signal is raised after
+            try:
+                self._open_parent(config, client, experiment_id)
+            except Exception as e:  # Hydra would shrink it to a warning and run the jobs without a parent
+                stop(UsageError(f"cannot open the sweep's parent run in {client.tracking_uri} ({type(e).__name__}: "
+                                f"{brief(e)}): check the store, or set mlflow.tracking_uri=..."))
+        if pending:
+            raise signals.as_exception(pending[0])
 
     def _open_parent(self, config: DictConfig, client: MlflowClient, experiment_id: str) -> None:
         from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
@@ -187,6 +191,12 @@ class SweepCallback(Callback):
                  run.info.run_id, config.mlflow.experiment, experiment_id, client.tracking_uri, experiment_id)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        with signals.held() as pending:  # the summary and the parent's status are written whole
+            self._end(config)
+        if pending:  # after every job ended: the CLI says so and exits 130/143
+            raise signals.as_exception(pending[0])
+
+    def _end(self, config: DictConfig) -> None:
         parent, uri = _close_sweep_env()
         if not parent or not uri:
             return
