@@ -63,6 +63,7 @@ def _interrupted(name: str) -> None:
         sweep.interrupted(name)
         print(interrupted_message(name), file=sys.stderr)
         logging.shutdown()
+    signals.ignore()  # the interpreter's shutdown resets handlers to the default: a late signal would kill it (-2)
     sys.exit(143 if name == "SIGTERM" else 130)
 
 

@@ -231,17 +231,27 @@ def run(cfg: DictConfig) -> str:
         missing = e
     # hydra/launcher=gpu_pool: a GPU (or CPU share) of its own, held before the run opens (its
     # logged device.index is the GPU it runs on); the wait for it is not the job's overhead
-    with gpu_pool.claim(cfg.device), JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash,
-                                            previous, started_at + gpu_pool.waited_s(), identity) as job:
-        if missing is not None:  # dataset.if_missing=skip: an unavailable job, logged as such
-            raise missing
-        device = resolve_device(cfg.device)
-        job.start_telemetry(device)
-        if cfg.device.name == "ddp":  # N ranks, each running task.run; rank 0 logs into this run
-            job.writer.log_metrics({names.WORLD_SIZE: cfg.device.gpus})
-            ddp.launch(job, job.checkpoints.directory / JOURNAL)
-        else:
-            task.run(job, device)
+    job = JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous,
+                 started_at, identity)
+    try:
+        with gpu_pool.claim(cfg.device), job:
+            job.started_at += gpu_pool.waited_s()
+            if missing is not None:  # dataset.if_missing=skip: an unavailable job, logged as such
+                raise missing
+            device = resolve_device(cfg.device)
+            job.start_telemetry(device)
+            if cfg.device.name == "ddp":  # N ranks, each running task.run; rank 0 logs into this run
+                job.writer.log_metrics({names.WORLD_SIZE: cfg.device.gpus})
+                ddp.launch(job, job.checkpoints.directory / JOURNAL)
+            else:
+                task.run(job, device)
+    except KeyboardInterrupt as e:
+        # Python checks for signals as a function starts: the first one may land as __exit__ (or the
+        # end of __enter__) begins, before it holds signals — then the run is still open here. Later
+        # signals are only noted (sweeps.launch.signals), so this close is not cut short.
+        if job.writer is not None and job.outcome is None:
+            job.__exit__(type(e), e, None)
+        raise
     if not multirun:  # a sweep prints its summary once, at its end (sweeps.launch.sweep)
         print_summary(client, [client.get_run(job.run_id)])
     return job.outcome

@@ -48,6 +48,16 @@ def install() -> None:
         signal.signal(s, _first)
 
 
+def ignore() -> None:
+    """Ignore SIGINT and SIGTERM from now on (in the main thread): the process has decided its exit
+    status and is leaving. Python's shutdown puts a Python-level handler back to the default
+    action, so a signal still arriving then (the tail of a Ctrl-C storm) would kill the process
+    with -SIGINT instead of 130; an ignored signal stays ignored."""
+    if threading.current_thread() is threading.main_thread():
+        for s in SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+
+
 def received() -> list[int]:
     """The signals noted since :func:`install` (empty: none), first first."""
     return _received
