@@ -81,13 +81,14 @@ def resident(ds: Dataset) -> Resident:
     idx = None
     if isinstance(ds, Subset):
         ds, idx = ds.dataset, torch.as_tensor(ds.indices, dtype=torch.long)
+    kind = _torchvision_kind(ds)
     if isinstance(ds, TensorDataset):
         x, y = ds.tensors
         out = Resident(x, y)
-    elif _torchvision_kind(ds) == "cifar10":  # .data: (N, 32, 32, 3) uint8 numpy, HWC
+    elif kind == "cifar10":  # .data: (N, 32, 32, 3) uint8 numpy, HWC
         out = Resident(torch.from_numpy(np.ascontiguousarray(ds.data)).permute(0, 3, 1, 2).contiguous(),
                        torch.as_tensor(ds.targets, dtype=torch.long), CIFAR10_STATS)
-    elif _torchvision_kind(ds) == "mnist":  # .data: (N, 28, 28) uint8 tensor
+    elif kind == "mnist":  # .data: (N, 28, 28) uint8 tensor
         out = Resident(ds.data.unsqueeze(1).contiguous(), torch.as_tensor(ds.targets, dtype=torch.long), MNIST_STATS)
     else:
         raise UsageError(f"dataset.loader=device needs tensors in memory (a TensorDataset, CIFAR-10, MNIST), "

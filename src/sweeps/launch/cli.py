@@ -112,7 +112,5 @@ def cli() -> None:
     except KeyboardInterrupt as e:  # Terminated too
         _interrupted(getattr(e, "signal_name", "SIGINT"))
     if signals.received():  # noted where it could not be raised (or swallowed by a library): still a stop
-        import signal as signal_module
-
-        _interrupted(signal_module.Signals(signals.received()[0]).name)
+        _interrupted(signals.name(signals.received()[0]))
     sys.exit(outcome.exit_status())

@@ -58,6 +58,11 @@ def ignore() -> None:
             signal.signal(s, signal.SIG_IGN)
 
 
+def name(signum: int) -> str:
+    """``"SIGINT"`` or ``"SIGTERM"``: how stderr and the runs name the signal."""
+    return signal.Signals(signum).name
+
+
 def received() -> list[int]:
     """The signals noted since :func:`install` (empty: none), first first."""
     return _received
