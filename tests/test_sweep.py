@@ -173,3 +173,26 @@ def test_a_store_failing_while_the_sweep_closes_is_one_line_and_exit_1(tmp_path,
     assert "summary could not be written" in proc.stdout + proc.stderr and "disk I/O error" in proc.stdout + proc.stderr
     jobs = [r for r in runs(tmp_path) if r.data.tags.get("sweeps.kind") != "sweep"]
     assert len(jobs) == 2 and {r.data.tags["outcome"] for r in jobs} == {"ok"}  # the jobs' runs stand
+
+
+def test_each_job_of_a_sweep_is_composed_once_and_runs_its_own_config(tmp_path, monkeypatch):
+    """Hydra composes a basic sweep's jobs in the whole-sweep check, again in its sweeper's
+    validate_batch_is_legal and again in the launcher; the later two take a copy of the check's
+    composition, so each job costs one composition — and still runs its own values."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    composed = []
+    real = ConfigLoaderImpl.load_sweep_config
+
+    def counting(self, master_config, sweep_overrides):
+        composed.append(tuple(sweep_overrides))
+        return real(self, master_config, sweep_overrides)
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", counting)
+    proc = cli_in_process(["-m", "model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=32",
+                           "dataset.test_size=8", "epochs=1", "device=cpu", "batch=8,16", "seed=3,4"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(composed) == len(set(composed)) == 4, composed
+    jobs = [r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags]
+    assert sorted((r.data.params["batch"], r.data.params["seed"]) for r in jobs) == [
+        ("16", "3"), ("16", "4"), ("8", "3"), ("8", "4")]
+    assert {r.data.tags["outcome"] for r in jobs} == {"ok"}

@@ -20,6 +20,9 @@ from sweeps.errors import brief
 from sweeps.train.memory import release_memory
 
 log = logging.getLogger("sweeps")
+# telemetry.png needs a curve: a job with fewer samples (under ~5 s at the default 1 s interval)
+# has them all in telemetry.csv, and drawing would cost it ~0.1-0.2 s plus matplotlib's import
+FIGURE_MIN_SAMPLES = 5
 # MLflow run status per outcome (README "MLflow"): FAILED — the job ran and did not get through its
 # work (a crash, out of memory, a NaN loss); KILLED — it was stopped or never started for a reason
 # outside it (a signal; no GPU or data here); FINISHED — ok only, so the run list's green tick means
@@ -66,7 +69,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         job.writer.set_tags(tel.tags())
         if tel.rows:
             job.writer.log_text(tel.csv(), "telemetry.csv")
-            if job.cfg.telemetry.figure:
+            if job.cfg.telemetry.figure and len(tel.rows) >= FIGURE_MIN_SAMPLES:
                 from sweeps.telemetry.plot import render  # matplotlib: only when drawing
 
                 job.writer.log_bytes(render(tel, job.name), "telemetry.png")
