@@ -1,0 +1,155 @@
+#!/usr/bin/env python
+"""What a job costs besides its training, as users run it (``python -m sweeps`` in a subprocess,
+in a fresh folder with a new sqlite store). Prints figures with their spread (median [min, max]
+over ``--repeats``); asserts nothing.
+
+    python scripts/bench_fixed_cost.py [--repeats 3] [--only marginal,items,tabular]
+
+- marginal: the fixed cost of one more job in a sweep. Two sweeps of 1-epoch tiny jobs (MLP
+  64-16-10, 256 synthetic examples, CPU), of 5 and of 15 jobs, each in its own process:
+  ((wall₁₅ − Σ training₁₅) − (wall₅ − Σ training₅)) ÷ 10, where training is each run's
+  ``time/total_s``. The process's own start-up (imports, store creation) cancels out; it is
+  printed beside as the start-up. Target (issue 24): ≤ 0.5 s per job.
+- items: the same 10-job sweep under cProfile, each once-per-job step's cumulative time ÷ 10
+  (composition, run creation with params/tags/inputs, data and model, training, the closing
+  summary/telemetry/artifacts/status). cProfile slows Python-heavy steps ~1.5-2×: read the
+  column as where the time goes, not as the cost.
+- tabular: one 1-epoch job of the tabular preset (``+experiment=diabetes batch=full epochs=1``)
+  against the script it replaces (import torch and scikit-learn, train the same MLP for 100
+  full-batch epochs, print the test RMSE). Target: sweeps ≤ the script + 2 s.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import pstats
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SWEEPS_", "HYDRA_"))}
+TINY = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=256",
+        "dataset.test_size=64", "batch=64", "epochs=1", "device=cpu"]
+# (label, file suffix, function name) of the steps a job takes once, in the order it takes them
+ITEMS = [
+    ("Hydra: compose the job (reused copy)", "sweeps/launch/sweep_check.py", "load_sweep_config"),
+    ("Hydra: run_job (output dir, .hydra/*.yaml, logging)", "hydra/core/utils.py", "run_job"),
+    ("job: complete + validate the config", "sweeps/config/targets.py", "complete"),
+    ("job: build the task (data, model, optimizer)", "sweeps/tasks/base.py", "prepare"),
+    ("run open: create run, params, config.yaml, inputs", "/job.py", "__enter__"),
+    ("training (the task's run)", "sweeps/tasks/train.py", "run"),
+    ("close: summary, telemetry, artifacts, status", "/finish.py", "finish"),
+    ("  of which telemetry.png", "sweeps/telemetry/plot.py", "render"),
+    ("  of which free memory (gc)", "sweeps/train/memory.py", "release_memory"),
+]
+SCRIPT_004 = """
+import torch
+from sklearn.datasets import load_diabetes
+from sklearn.model_selection import train_test_split
+x, y = load_diabetes(return_X_y=True)
+xtr, xte, ytr, yte = (torch.tensor(a, dtype=torch.float32) for a in train_test_split(x, y, test_size=0.2, random_state=0))
+ytr, yte = ytr.unsqueeze(1), yte.unsqueeze(1)
+model = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.ReLU(), torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                            torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+opt = torch.optim.Adam(model.parameters(), lr=0.01)
+for epoch in range(100):
+    loss = torch.nn.functional.mse_loss(model(xtr), ytr)
+    opt.zero_grad(); loss.backward(); opt.step()
+with torch.no_grad():
+    print("test RMSE", torch.nn.functional.mse_loss(model(xte), yte).sqrt().item())
+"""
+
+
+def spread(values: list[float], fmt: str = "{:.2f}") -> str:
+    """``median [min, max]`` of ``values``."""
+    return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}, {fmt.format(max(values))}]"
+
+
+def run(args: list[str], cwd: Path) -> float:
+    """Wall seconds of ``python ARGS`` in ``cwd``; exits with its stderr if it fails."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=ENV, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(args[:4])} … failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return wall
+
+
+def sweep(jobs: int, cwd: Path, profile: Path | None = None) -> tuple[float, float]:
+    """(process wall s, Σ the jobs' ``time/total_s``) of a ``jobs``-job sweep of :data:`TINY`."""
+    from mlflow import MlflowClient
+
+    prefix = ["-m", "cProfile", "-o", str(profile)] if profile else []
+    wall = run([*prefix, "-m", "sweeps", "-m", f"seed=range(0,{jobs})", *TINY], cwd)
+    client = MlflowClient(f"sqlite:///{cwd / 'mlruns' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("sweeps")
+    children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == jobs and all(r.data.tags.get("outcome") == "ok" for r in children), "a job did not end ok"
+    return wall, sum(r.data.metrics.get("time/total_s", 0.0) for r in children)
+
+
+def marginal(repeats: int, small: int = 5, large: int = 15) -> None:
+    print(f"\n## fixed cost of one more job: sweeps of {small} and {large} one-epoch tiny jobs")
+    per_job, start_up = [], []
+    for r in range(repeats):
+        outside = {}
+        for n in (small, large):
+            with tempfile.TemporaryDirectory() as tmp:
+                wall, training = sweep(n, Path(tmp))
+                outside[n] = wall - training
+        per_job.append((outside[large] - outside[small]) / (large - small))
+        start_up.append(outside[small] - small * per_job[-1])
+        print(f"  repeat {r}: {per_job[-1]:.3f} s per job, process start-up {start_up[-1]:.2f} s")
+    print(f"fixed cost per job {spread(per_job, '{:.3f}')} s (target ≤ 0.5); process start-up "
+          f"{spread(start_up)} s, once per sweep")
+
+
+def items(jobs: int = 10) -> None:
+    print(f"\n## where a job's fixed cost goes: a {jobs}-job sweep under cProfile, per job")
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = Path(tmp) / "sweep.prof"
+        wall, training = sweep(jobs, Path(tmp), profile)
+        stats = pstats.Stats(str(profile)).stats  # {(file, line, function): (calls, ncalls, tottime, cumtime, callers)}
+    print(f"{'step':54} {'ms per job':>10}  calls")
+    for label, suffix, function in ITEMS:
+        hits = [(s[0], s[3]) for (f, _, fn), s in stats.items() if fn == function and f.endswith(suffix)]
+        calls, cum = sum(h[0] for h in hits), sum(h[1] for h in hits)
+        print(f"{label:54} {1e3 * cum / jobs:10.1f}  {calls}")
+    print(f"(whole sweep under cProfile: {wall:.1f} s, Σ training {training:.2f} s)")
+
+
+def tabular(repeats: int) -> None:
+    print("\n## one 1-epoch tabular job vs the script it replaces (100 full-batch epochs, by hand)")
+    ours, theirs = [], []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            ours.append(run(["-m", "sweeps", "+experiment=diabetes", "batch=full", "epochs=1", "device=cpu"], Path(tmp)))
+            theirs.append(run(["-c", SCRIPT_004], Path(tmp)))
+    extra = [a - b for a, b in zip(ours, theirs)]
+    print(f"sweeps job {spread(ours)} s; hand script {spread(theirs)} s; difference {spread(extra)} s (target ≤ 2)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default="marginal,items,tabular")
+    args = ap.parse_args()
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.machine())
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}  {cpu} ({os.cpu_count()} logical cores); Python "
+          f"{platform.python_version()}; load average {os.getloadavg()[0]:.2f}")
+    parts = args.only.split(",")
+    if "marginal" in parts:
+        marginal(args.repeats)
+    if "items" in parts:
+        items()
+    if "tabular" in parts:
+        tabular(args.repeats)
+
+
+if __name__ == "__main__":
+    main()
