@@ -36,7 +36,8 @@ def main(cfg: DictConfig) -> str:
     except UsageError as e:
         from sweeps.launch import launchers
 
-        if launchers.current().ends_job_alone():  # sweep.stop here would close the sweep's parent run from a job's process
+        # a Slurm job's process: sweep.stop here would close the sweep's parent run from a job's process
+        if launchers.current().ends_job_alone():
             print(f"sweeps: error: {e}", file=sys.stderr, flush=True)
             raise
         sweep.stop(e)

@@ -130,7 +130,8 @@ class SweepCallback(Callback):
         tags = {**environment_tags(), **resume.owner_tags(), names.KIND_TAG: "sweep", names.SWEEP_DIR_TAG: str(config.hydra.sweep.dir),
                 names.COMMAND_TAG: command}
         run = client.create_run(experiment_id, run_name=f"sweep {name}", tags=tags)
-        parent_run.note(parent_run_id=run.info.run_id, tracking_uri=client.tracking_uri)  # now: a failure below closes (deletes) this run
+        # now: a failure below closes (deletes) this run
+        parent_run.note(parent_run_id=run.info.run_id, tracking_uri=client.tracking_uri)
         swept = swept_keys(config)
         run_id = run.info.run_id  # the name and description carry its short id: known only now
         client.update_run(run_id, name=naming.sweep_title(swept, _preset(config), run_id))

@@ -86,7 +86,7 @@ def launch(job, journal: Path) -> None:
                           rdzv_endpoint=f"127.0.0.1:{_free_port()}", rdzv_configs={"timeout": int(cfg.device.timeout_s)},
                           monitor_interval=MONITOR_S, start_method="spawn",
                           logs_specs=DefaultLogsSpecs(log_dir=str(work / "torch")))
-    os.environ[JOB_PID_ENV] = str(os.getpid())  # ranks count their siblings as the job's CPU, not noise
+    os.environ[JOB_PID_ENV] = str(os.getpid())  # for the ranks (child processes): siblings are the job's CPU
     visible = os.environ.get(VISIBLE_ENV)
     if gpu_pool.held():  # the pool's GPUs for this job, by UUID: rank r's cuda:r is the r-th of them
         os.environ[VISIBLE_ENV] = ",".join(gpu_pool.held())

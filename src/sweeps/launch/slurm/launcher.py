@@ -27,7 +27,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 from omegaconf import OmegaConf
 
 from sweeps import names
-from sweeps.errors import UsageError, describe
+from sweeps.errors import UsageError, brief, describe
 from sweeps.launch.process import outcome, parent_run
 from sweeps.launch.slurm import requeue
 
@@ -127,8 +127,7 @@ def _result(job, overrides: list[str]) -> JobReturn:
         return _lost(job, overrides, e)
     if ret.status == JobStatus.FAILED:  # its task function raised: bad input found on the node (UsageError)
         exc = ret._return_value
-        line = (str(exc).strip().splitlines() or [""])[0]
-        return _errored(job, overrides, line if isinstance(exc, UsageError) else f"{type(exc).__name__}: {line}")
+        return _errored(job, overrides, brief(exc, 500) if isinstance(exc, UsageError) else describe(exc, 500))
     return ret
 
 
