@@ -38,6 +38,20 @@ def test_each_command_line_run_starts_from_a_fresh_state(tmp_path):
     assert not now.last_sweep and not now.signals and now.planned_jobs is None
 
 
+def test_sweeps_run_starts_from_a_fresh_state_and_reads_back_its_own_job(tmp_path, monkeypatch):
+    import sweeps
+
+    from conftest import seed_store
+
+    monkeypatch.chdir(tmp_path)
+    seed_store(tmp_path)
+    before = state.current()
+    _an_earlier_command_left(before)
+    (record,) = sweeps.run([*ONE_JOB, "device=cpu"], multirun=False)
+    assert record["outcome"] == "ok" and record["run_id"] != "x"  # its own job, not the earlier command's
+    assert state.current() is not before and state.current().outcomes == Counter(ok=1)
+
+
 def test_a_lost_cuda_context_stays_lost_for_the_next_command(tmp_path):
     """The counts are the command's; the CUDA context is the process's: a later command's CUDA job
     ends unavailable, naming the sticky error, instead of failing on the lost context."""
