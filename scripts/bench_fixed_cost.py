@@ -36,13 +36,13 @@ TINY = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1
         "dataset.test_size=64", "batch=64", "epochs=1", "device=cpu"]
 # (label, file suffix, function name) of the steps a job takes once, in the order it takes them
 ITEMS = [
-    ("Hydra: compose the job (reused copy)", "sweeps/launch/sweep_check.py", "load_sweep_config"),
+    ("Hydra: compose the job (reused copy)", "sweeps/launch/cli/sweep_check.py", "load_sweep_config"),
     ("Hydra: run_job (output dir, .hydra/*.yaml, logging)", "hydra/core/utils.py", "run_job"),
     ("job: complete + validate the config", "sweeps/config/targets.py", "complete"),
     ("job: build the task (data, model, optimizer)", "sweeps/tasks/base.py", "prepare"),
-    ("run open: create run, params, config.yaml, inputs", "/job.py", "__enter__"),
+    ("run open: create run, params, config.yaml, inputs", "launch/job/lifecycle.py", "__enter__"),
     ("training (the task's run)", "sweeps/tasks/train.py", "run"),
-    ("close: summary, telemetry, artifacts, status", "/finish.py", "finish"),
+    ("close: summary, telemetry, artifacts, status", "launch/job/finish.py", "finish"),
     ("  of which telemetry.png", "sweeps/telemetry/plot.py", "render"),
     ("  of which free memory (gc)", "sweeps/train/memory.py", "release_memory"),
 ]

@@ -71,7 +71,8 @@ def in_process(tmp_path, monkeypatch):
     ./mlruns store and ./checkpoints): ``in_process(overrides) -> outcome``. Each call is a
     command of its own: a signal an earlier call was interrupted by is forgotten (a rerun is a
     new process), and the sweep's handlers are installed again where it had replaced them."""
-    from sweeps.launch import job, signals
+    from sweeps.launch.job import lifecycle as job
+    from sweeps.launch.process import signals
 
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.startswith(("MLFLOW_", "SWEEPS_"))]:
@@ -85,7 +86,7 @@ def in_process(tmp_path, monkeypatch):
 
 
 def cli_in_process(args: list[str], cwd: Path, fresh_store: bool = False) -> subprocess.CompletedProcess:
-    """``python -m sweeps ARGS`` through the real entry point (:func:`sweeps.launch.cli.cli`: Hydra's
+    """``python -m sweeps ARGS`` through the real entry point (:func:`sweeps.launch.cli.command.cli`: Hydra's
     argument parsing, composition, multirun, sweep callback, exit status) but in this process, in
     ``cwd``: the stdout, stderr and exit status :func:`run_cli` would give, without a new
     interpreter's ~5 s of imports. Everything the run changes in this process is put back: working
@@ -97,7 +98,7 @@ def cli_in_process(args: list[str], cwd: Path, fresh_store: bool = False) -> sub
     import io
 
     from sweeps.api import call_cli, command_state
-    from sweeps.launch import cli
+    from sweeps.launch.cli import command as cli
 
     if not fresh_store:
         seed_store(cwd)

@@ -4,13 +4,15 @@
 In-process jobs and CLI runs set torch's global knobs (precision=fp32 turns TF32 off,
 deterministic=true turns deterministic algorithms on, a data-parallel or pool worker lowers the
 thread count), compile (dynamo's caches and config are process-wide), add log handlers, export
-variables, install signal handlers, fill Hydra's singletons and count outcomes in module globals.
+variables, install signal handlers, fill Hydra's singletons and count outcomes in the process state
+(:mod:`sweeps.state`: one object, swapped for a copy around each test).
 Without this, what one test left behind decided whether a later one passed: a test passed alone
 and failed in some random orders. Only what differs is written back (about 1 ms per test).
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import signal
@@ -21,8 +23,7 @@ import torch
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 
-from sweeps.launch import device, gpu_pool, outcome, signals, sweep
-from sweeps.train import memory
+from sweeps import state
 
 # torch's process-wide knobs as (name, read, write). The TF32 ones exist twice in recent torch:
 # the legacy allow_tf32 booleans and the fp32_precision strings that replace them; either may be
@@ -68,11 +69,6 @@ def _torch_knobs() -> list[_Knob]:
 _KNOBS = _torch_knobs()
 # torch.compile's configs: ConfigModules holding every value set on them (monkeypatch included)
 _CONFIGS = ("torch._dynamo.config", "torch._inductor.config", "torch._functorch.config")
-# The project's process state: (module, global) — a job's outcome counts, the last job closed,
-# the last sweep closed, a sticky CUDA error, the GPUs this process made contexts on, the GPU
-# pool's latest wait.
-_GLOBALS = ((outcome, "_counts"), (outcome, "LAST_JOB"), (sweep, "LAST_SWEEP"), (sweep, "PLANNED"), (signals, "_received"), (memory, "cuda_lost"),
-            (device, "_contexts"), (gpu_pool, "_waited"))
 _SIGNALS = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]
 _PYTEST_ENV = "PYTEST_CURRENT_TEST"  # pytest's own, rewritten for every phase of every test
 
@@ -138,25 +134,6 @@ def _compiled_graphs() -> int:
     return counters["stats"]["unique_graphs"]
 
 
-def _save_globals() -> list[tuple]:
-    """(module, name, the object, a copy of its contents): a test may rebind or mutate either."""
-    return [(m, n, getattr(m, n), _copy(getattr(m, n))) for m, n in _GLOBALS]
-
-
-def _copy(value: Any) -> Any:
-    return value.copy() if hasattr(value, "copy") else value
-
-
-def _restore_globals(saved: list[tuple]) -> None:
-    for module, name, obj, contents in saved:
-        setattr(module, name, obj)
-        if isinstance(obj, (dict, set)):
-            obj.clear()
-            obj.update(contents)
-        elif isinstance(obj, list):
-            obj[:] = contents
-
-
 @contextlib.contextmanager
 def saved() -> Iterator[None]:
     """Run the block, then put back everything the module docstring lists that it changed."""
@@ -166,7 +143,7 @@ def saved() -> Iterator[None]:
     hydra = (GlobalHydra.instance().is_initialized(), HydraConfig.instance().cfg)
     handlers = {s: signal.getsignal(s) for s in _SIGNALS}
     loggers, disabled = _loggers(), logging.root.manager.disable
-    project = _save_globals()
+    project = state.replace(copy.deepcopy(state.current()))  # the test changes a copy; the original comes back
     try:
         yield
     finally:
@@ -199,7 +176,7 @@ def saved() -> Iterator[None]:
         for s, handler in handlers.items():
             if handler is not None and signal.getsignal(s) != handler:  # None: set outside Python
                 signal.signal(s, handler)
-        for name, state in loggers.items():
-            _restore_logger(name, state)
+        for name, logger_state in loggers.items():
+            _restore_logger(name, logger_state)
         logging.disable(disabled)
-        _restore_globals(project)
+        state.replace(project)

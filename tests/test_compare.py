@@ -16,7 +16,7 @@ from sweeps import names
 from sweeps.report import __main__ as report
 from sweeps.report.compare import compare
 from sweeps.report.compare_tables import config_table
-from sweeps.report.runs import Job
+from sweeps.report.runs import JobRecord
 from sweeps.report.tables import FIRST_EPOCH_NOTE
 
 TINY = ["-m", "model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=64",
@@ -26,7 +26,7 @@ HOST_A, HOST_B = "host-a / test cpu", "host-b / test cpu"
 
 def _sweep_on(host: str, torch_version: str, args: list[str], cwd) -> None:
     """A sweep as machine ``host`` with torch ``torch_version`` would log it."""
-    from sweeps.launch import job
+    from sweeps.launch.job import lifecycle as job
     from sweeps.tracking import env
 
     tags = {**job.environment_tags(), "env.host": host, "env.torch": torch_version}
@@ -153,8 +153,8 @@ def test_bad_selection_is_one_line_naming_it_and_exit_2(two_hosts, args, says):
     assert line.startswith("sweeps.report: error: ") and says in line, line
 
 
-def _job(run_id: str, host: str, metrics: dict[str, float]) -> Job:
-    return Job(run_id, run_id, "ok", "", {}, {"model": "mlp", "epochs": "1"}, metrics, {names.HARDWARE_TAG: host})
+def _job(run_id: str, host: str, metrics: dict[str, float]) -> JobRecord:
+    return JobRecord(run_id, run_id, "ok", "", {}, {"model": "mlp", "epochs": "1"}, metrics, {names.HARDWARE_TAG: host})
 
 
 def test_a_one_epoch_job_shows_its_first_epoch_marked_and_energy_where_measured():

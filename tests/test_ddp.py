@@ -1,8 +1,8 @@
 """device=ddp on the CPU (Gloo, 2 processes) against a real sqlite store: every rank runs the one
-training path (sweeps.train.builder.build via TrainTask.run), rank 0 logs each epoch as it ends,
+training path (sweeps.train.builder.build_training via TrainTask.run), rank 0 logs each epoch as it ends,
 a failure on any rank ends the job at once with the right outcome.
 
-Jobs run in-process (Hydra's compose API, then sweeps.launch.job.run, as ``python -m sweeps``
+Jobs run in-process (Hydra's compose API, then sweeps.launch.job.lifecycle.run, as ``python -m sweeps``
 would); the ranks are real processes started by torch's launcher. The NCCL path (one process
 per GPU) cannot run here (no GPU); its machine checks are unit-tested.
 """
@@ -30,8 +30,8 @@ from conftest import TEST_CONF, TESTS, run_cli, runs, store
 from sweeps.data.device_loader import DeviceBatches, resident
 from sweeps.data.loaders import TensorBatches
 from sweeps.errors import DeviceUnavailable
-from sweeps.launch import ddp
-from sweeps.launch.job import run as run_job
+from sweeps.launch.placement import ddp, device
+from sweeps.launch.job.lifecycle import run as run_job
 from sweeps.train import distributed
 from sweeps.train.builder import COMPILE_BACKEND_ENV
 
@@ -307,19 +307,19 @@ def test_more_processes_than_gpus_is_unavailable(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     cfg = OmegaConf.create({"name": "ddp", "gpus": 2, "backend": "auto", "timeout_s": 10})
     with pytest.raises(DeviceUnavailable, match="device.gpus=2 processes but this machine has 1"):
-        ddp.resolve(cfg)
+        device.resolve_ddp(cfg)
     cfg.backend = "gloo"  # the CPU takes any number of processes
-    assert ddp.resolve(cfg) == torch.device("cpu")
+    assert device.resolve_ddp(cfg) == torch.device("cpu")
 
 
 def test_report_scaling_efficiency():
     from sweeps.report.tables import scaling_efficiency
-    from sweeps.report.runs import Job
+    from sweeps.report.runs import JobRecord
 
     def job(device, gpus, sps):
         swept = {"model": "mlp", "device": device, **({"device.gpus": gpus} if gpus else {})}
         metrics = {"perf/samples_per_s": sps, **({"device.world_size": gpus} if gpus else {})}
-        return Job("id", "n", "ok", "", swept, {}, metrics)
+        return JobRecord("id", "n", "ok", "", swept, {}, metrics)
 
     table = scaling_efficiency([job("cpu", None, 100.0), job("ddp", 2, 150.0), job("ddp", 4, 200.0)])
     rows = [line.split("|")[1:-1] for line in table.splitlines()[2:]]

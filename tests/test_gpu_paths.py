@@ -19,9 +19,12 @@ from fake_nvml import Clock, FakeNVML
 from sweeps.data.datasets import DataSpec
 from sweeps.data.loaders import TensorBatches, make_loaders
 from sweeps.errors import DeviceUnavailable, UsageError
-from sweeps.launch import device as device_mod
-from sweeps.launch import ddp, gpu_pool, outcome, rank
-from sweeps.launch.job import JobRun
+from sweeps import state
+from sweeps.launch import launchers
+from sweeps.launch.placement import ddp, gpu_pool, rank
+from sweeps.launch.placement import device as device_mod
+from sweeps.launch.process import outcome
+from sweeps.launch.job.lifecycle import JobRun
 from sweeps.tasks import inference
 from sweeps.telemetry import nvml as telemetry_nvml
 from sweeps.telemetry.sampler import for_job
@@ -37,8 +40,8 @@ TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.test_size=8", "ep
 @pytest.fixture
 def lost_context(monkeypatch):
     """This process's CUDA context as the test leaves it (lost or not, the GPUs it is on): restored afterwards."""
-    monkeypatch.setattr(memory, "cuda_lost", "")
-    monkeypatch.setattr(device_mod, "_contexts", set())
+    monkeypatch.setattr(state.current(), "cuda_lost", "")
+    monkeypatch.setattr(state.current(), "cuda_contexts", set())
 
 
 def _fake_gpus(monkeypatch, n: int, names=None) -> None:
@@ -163,7 +166,7 @@ def pool(monkeypatch, tmp_path):
     locks = tmp_path / "locks"
     locks.mkdir()
     monkeypatch.setattr(gpu_pool, "lock_dir", lambda: locks)
-    monkeypatch.setattr(device_mod, "_contexts", set())  # no CUDA context made yet
+    monkeypatch.setattr(state.current(), "cuda_contexts", set())  # no CUDA context made yet
     monkeypatch.setattr(gpu_pool, "POLL_S", 0.01)
     _fake_gpus(monkeypatch, 3)
     monkeypatch.setattr(gpu_pool, "gpu_keys", lambda: ["GPU-a", "GPU-b", "GPU-c"])
@@ -174,7 +177,7 @@ def pool(monkeypatch, tmp_path):
 def test_pool_locks_gpus_by_uuid_and_logs_the_pinned_index(in_process, monkeypatch, pool, lost_context, tmp_path):
     """Another sweep (another CUDA_VISIBLE_DEVICES numbering) holds GPU-a: this job runs on GPU-b,
     cuda:1, and its run's device.index param says 1. (The job itself then fails: no real GPU.)"""
-    monkeypatch.setenv(gpu_pool.POOL_ENV, "2")
+    monkeypatch.setenv(launchers.POOL_ENV, "2")
     other = pool("GPU-a")
     other.acquire()
     try:
@@ -186,11 +189,11 @@ def test_pool_locks_gpus_by_uuid_and_logs_the_pinned_index(in_process, monkeypat
 
 
 def test_a_ddp_job_holds_its_gpus(monkeypatch, pool):
-    monkeypatch.setenv(gpu_pool.POOL_ENV, "2")
+    monkeypatch.setenv(launchers.POOL_ENV, "2")
     ddp_cfg = OmegaConf.create({"name": "ddp", "gpus": 2, "backend": "nccl", "timeout_s": 10})
     other = pool("GPU-b")
     other.acquire()
-    with gpu_pool.claim(ddp_cfg):
+    with gpu_pool.claim(ddp_cfg, 2):
         assert gpu_pool.held() == ["GPU-a", "GPU-c"]
         with pytest.raises(TimeoutError):  # nobody else gets them meanwhile
             gpu_pool.acquire_many(["GPU-a", "GPU-c"], 1, "gpu-", timeout_s=0.1)
@@ -209,16 +212,16 @@ def test_cuda_initialised_without_a_context_ties_a_worker_to_no_gpu(monkeypatch,
     is then True) but makes no context: a job that never got to make one (it failed before its
     device was resolved) leaves its worker free to take any GPU. Before, the worker waited for
     GPU-a while GPU-b and GPU-c idled."""
-    monkeypatch.setenv(gpu_pool.POOL_ENV, "2")
+    monkeypatch.setenv(launchers.POOL_ENV, "2")
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     _no_waiting_for_ever(monkeypatch)
     one = OmegaConf.create({"name": "cuda", "index": 0})
-    with gpu_pool.claim(one):
+    with gpu_pool.claim(one, 2):
         assert one.index == 0
     other = pool("GPU-a")
     other.acquire()
     try:
-        with gpu_pool.claim(one):
+        with gpu_pool.claim(one, 2):
             assert one.index == 1 and gpu_pool.held() == ["GPU-b"]
     finally:
         other.release()
@@ -229,26 +232,26 @@ def test_a_worker_prefers_the_gpus_it_made_contexts_on_but_never_waits_beside_a_
     """A reused worker's job made its CUDA context on GPU-c (resolve_device): its later jobs take
     GPU-c when it is free, even with GPU-a free too; when GPU-c is busy, a free GPU (a second
     context) rather than a wait while that GPU idles; then both are its preferred GPUs."""
-    monkeypatch.setenv(gpu_pool.POOL_ENV, "2")
+    monkeypatch.setenv(launchers.POOL_ENV, "2")
     _no_waiting_for_ever(monkeypatch)
     one = OmegaConf.create({"name": "cuda", "index": 0})
     a, b, c = pool("GPU-a"), pool("GPU-b"), pool("GPU-c")
     a.acquire(), b.acquire()
-    with gpu_pool.claim(one):
+    with gpu_pool.claim(one, 2):
         assert device_mod.resolve_device(one) == torch.device("cuda", 2)  # its context: on GPU-c
     a.release(), b.release()
-    with gpu_pool.claim(one):
+    with gpu_pool.claim(one, 2):
         assert one.index == 2
     c.acquire()
     try:
-        with gpu_pool.claim(one):
+        with gpu_pool.claim(one, 2):
             assert one.index == 0
             device_mod.resolve_device(one)  # a second context, on GPU-a
-        with gpu_pool.claim(one):
+        with gpu_pool.claim(one, 2):
             assert one.index == 0  # GPU-a, where it has a context, before GPU-b
     finally:
         c.release()
-    with gpu_pool.claim(one):  # ordered by GPU: both are its own
+    with gpu_pool.claim(one, 2):  # ordered by GPU: both are its own
         assert one.index == 0
 
 
@@ -257,7 +260,7 @@ def test_ddp_telemetry_adds_up_the_jobs_gpus(monkeypatch):
     fake = FakeNVML(time.monotonic, gpus=2)
     monkeypatch.setattr(telemetry_nvml, "pynvml", fake)
     _fake_gpus(monkeypatch, 2)
-    monkeypatch.setattr(gpu_pool, "_held", [])
+    monkeypatch.setattr(state.current(), "pool_held", [])
     job = SimpleNamespace(cfg=OmegaConf.create({"telemetry": {"interval_s": 1000},
                                                 "device": {"name": "ddp", "gpus": 2}}))
     JobRun.start_telemetry(job, CUDA0)  # the job process
@@ -349,7 +352,7 @@ def test_a_ranks_sticky_cuda_error_leaves_the_job_processs_cuda_alone(in_process
 
     monkeypatch.setattr(ddp, "launch", launch)
     assert in_process(["model=mlp", *TINY, "dataset.train_size=16", "device=ddp", "device.backend=gloo"]) == "error"
-    assert memory.cuda_lost == ""
+    assert state.current().cuda_lost == ""
     _fake_gpus(monkeypatch, 1)
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
     assert in_process(["model=mlp", *TINY, "dataset.train_size=16", "device=cuda"]) == "error"  # no real GPU here
@@ -359,7 +362,7 @@ def test_a_ranks_sticky_cuda_error_leaves_the_job_processs_cuda_alone(in_process
     assert "sticky" not in second.data.tags["error"]
     kind, line = outcome.classify(ddp.first_failure(tmp_path / "none", RuntimeError("rank 1 died: CUDA error: "
                                                                                      "unspecified launch failure")))
-    assert kind == "error" and memory.cuda_lost == ""
+    assert kind == "error" and state.current().cuda_lost == ""
 
 
 def test_mig_instances_are_told_apart(monkeypatch):
@@ -436,7 +439,7 @@ def test_compile_checks_the_compilers_inductor_and_triton_run(monkeypatch):
 
 def test_sticky_errors_are_recognised(lost_context):
     kind, line = outcome.classify(RuntimeError("CUDA error: uncorrectable ECC error encountered"))
-    assert kind == "error" and "sticky CUDA error" in line and memory.cuda_lost
+    assert kind == "error" and "sticky CUDA error" in line and state.current().cuda_lost
     assert outcome.classify(RuntimeError("CUDA error: invalid argument"))[1].endswith("invalid argument")
 
 

@@ -9,8 +9,9 @@ import signal
 import pytest
 
 from conftest import runs, store
-from sweeps.launch import cli, signals
-from sweeps.launch.outcome import LAST_JOB
+from sweeps.launch.cli import command as cli
+from sweeps.launch.process import signals
+from sweeps.state import current
 from sweeps.tracking.epochs import EpochLog
 from sweeps.train import checkpoint
 from sweeps.train.loop import Trainer
@@ -25,7 +26,7 @@ def sweep_signals():
     """The handlers a sweep process installs (SIGTERM raises Terminated), restored afterwards."""
     saved = {s: signal.getsignal(s) for s in signals.SIGNALS}
     signals.install()
-    LAST_JOB.clear()
+    current().last_job.clear()
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)
@@ -55,7 +56,7 @@ def _assert_killed(tmp_path, sig_name):
     run = _the_run(tmp_path)
     assert run.info.status == "KILLED" and run.data.tags["outcome"] == "killed", run.data.tags
     assert sig_name in run.data.tags["error"]
-    assert LAST_JOB["outcome"] == "killed"
+    assert current().last_job["outcome"] == "killed"
     assert "is KILLED" in cli.interrupted_message(sig_name)
     return run
 

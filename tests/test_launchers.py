@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import TEST_CONF, run_cli, runs
-from sweeps.launch import gpu_pool
+from sweeps.launch import launchers
+from sweeps.launch.placement import gpu_pool
 
 TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32",
         "epochs=2", "device=cpu", "telemetry.interval_s=0", "checkpoint.every_epochs=0", TEST_CONF]
@@ -40,7 +41,7 @@ def test_error_exit_status_and_skips_come_from_mlflow(tmp_path):
 
 
 def test_pool_slots_are_exclusive(monkeypatch):
-    monkeypatch.setenv(gpu_pool.POOL_ENV, "2")
+    monkeypatch.setenv(launchers.POOL_ENV, "2")
     monkeypatch.setattr(gpu_pool, "lock_dir", lambda: tmp)
     import tempfile
     from pathlib import Path

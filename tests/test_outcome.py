@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from sweeps.launch import outcome
+from sweeps.launch.process import outcome
 from sweeps.errors import DeviceUnavailable
 
 

@@ -117,11 +117,11 @@ def test_repeats_are_one_row_with_the_median_and_its_spread(tmp_path):
 def test_a_one_epoch_job_shows_its_first_epoch_marked_with_a_footnote():
     """A 1-epoch job has no epochs 2+: its first epoch stands in for the median, marked."""
     from sweeps import names
-    from sweeps.report.runs import Job
+    from sweeps.report.runs import JobRecord
     from sweeps.report.tables import FIRST_EPOCH_NOTE, comparison, reference_tables
 
-    def job(device: str, first_s: float) -> Job:
-        return Job(device, device, "ok", "", {"device": device}, {"device": device, "epochs": "1"},
+    def job(device: str, first_s: float) -> JobRecord:
+        return JobRecord(device, device, "ok", "", {"device": device}, {"device": device, "epochs": "1"},
                    {names.FIRST_EPOCH_S: first_s, names.BATCH_SIZE: 8})
 
     jobs = [job("cpu", 0.5), job("cuda", 0.25)]

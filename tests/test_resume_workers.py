@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from conftest import compose, runs, store
-from sweeps.launch import job, signals
+from sweeps.launch.job import lifecycle as job
+from sweeps.launch.process import signals
 from sweeps.train.loop import Trainer
 
 

@@ -196,7 +196,7 @@ def test_a_time_limit_requeues_and_resumes_in_the_same_run(requeue_sweep):
 
 
 def test_slurm_tags_come_from_the_variables_slurm_sets(monkeypatch):
-    from sweeps.launch import slurm
+    from sweeps.launch.slurm import requeue as slurm
 
     for key in [k for k in os.environ if k.startswith("SLURM")]:
         monkeypatch.delenv(key)
@@ -211,7 +211,7 @@ def test_slurm_tags_come_from_the_variables_slurm_sets(monkeypatch):
 def test_gpus_per_job_follow_the_device(monkeypatch):
     from omegaconf import OmegaConf
 
-    from sweeps.launch import slurm_launcher
+    from sweeps.launch.slurm import launcher as slurm_launcher
 
     def gpus(has_gpus: bool, **device) -> int:
         monkeypatch.setattr(slurm_launcher, "partition_has_gpus", lambda partition: has_gpus)
@@ -227,41 +227,42 @@ def test_sigusr2_checkpoints_at_the_epoch_end_or_gives_up_after_the_grace(tmp_pa
     import signal
 
     from sweeps.errors import Terminated
-    from sweeps.launch import signals, slurm
+    from sweeps.launch.process import signals
+    from sweeps.launch.slurm import requeue as slurm
     from sweeps.train.checkpoint import Checkpoints
 
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
     try:
         signal.signal(signal.SIGTERM, signals.raise_terminated)
         signal.signal(signal.SIGUSR2, slurm._on_usr2)
-        slurm._Job.asked_at, slurm._Job.job, slurm._Job.epoch_end, slurm._Job.timer = None, None, True, None
-        slurm._Job.grace_s = 0.2
+        slurm._SlurmJob.asked_at, slurm._SlurmJob.job, slurm._SlurmJob.epoch_end, slurm._SlurmJob.timer = None, None, True, None
+        slurm._SlurmJob.grace_s = 0.2
         ckpt = slurm._CheckpointThenStop(Checkpoints(tmp_path, 0))
         assert not ckpt.due(1)
         os.kill(os.getpid(), signal.SIGUSR2)  # the time limit is near: the next epoch end is due, then stop
-        assert ckpt.due(1) and slurm._Job.asked_at is not None
+        assert ckpt.due(1) and slurm._SlurmJob.asked_at is not None
         with pytest.raises(slurm.Requeue):
             ckpt.save(1, {"x": 1})
         assert [p.name for p in ckpt.files()] == ["epoch_0001.pt"]
         with pytest.raises(Terminated):  # no epoch end within grace_s: SIGTERM, stop from the last checkpoint
             time.sleep(5)
     finally:
-        if slurm._Job.timer is not None:
-            slurm._Job.timer.cancel()
-        slurm._Job.asked_at, slurm._Job.timer, slurm._Job.epoch_end = None, None, False
+        if slurm._SlurmJob.timer is not None:
+            slurm._SlurmJob.timer.cancel()
+        slurm._SlurmJob.asked_at, slurm._SlurmJob.timer, slurm._SlurmJob.epoch_end = None, None, False
         for s, handler in saved.items():
             signal.signal(s, handler)
 
 
 def test_the_grace_after_sigusr2_leaves_time_to_close_and_requeue():
-    from sweeps.launch import slurm
+    from sweeps.launch.slurm import requeue as slurm
 
     assert slurm.grace_s(120) == 75 and slurm.grace_s(300) == 255  # 45 s kept for fsync, closing, requeue
     assert slurm.grace_s(10) == 5  # a short delay (the 1-minute-limit test): half of it
 
 
 def test_squeue_states_a_job_does_not_leave_end_the_wait(monkeypatch):
-    from sweeps.launch import slurm_launcher
+    from sweeps.launch.slurm import launcher as slurm_launcher
 
     states = {"1_0": "PREEMPTED", "1_1": "SPECIAL_EXIT", "1_2": "REVOKED", "1_3": "RUNNING", "1_4": "REQUEUED",
               "1_5": "PENDING"}
@@ -295,7 +296,7 @@ def _slurm_launcher(overrides: list[str]):
     from omegaconf import OmegaConf
 
     import sweeps.config
-    from sweeps.launch.slurm_launcher import SlurmLauncher
+    from sweeps.launch.slurm.launcher import SlurmLauncher
 
     sweeps.config.register()
     setup_globals()
@@ -316,7 +317,7 @@ def test_each_slurm_job_gets_the_gpus_of_its_own_device(monkeypatch, tmp_path):
     from hydra.core.utils import JobReturn, JobStatus
     from submitit.slurm.slurm import SlurmJob
 
-    from sweeps.launch import slurm_launcher
+    from sweeps.launch.slurm import launcher as slurm_launcher
 
     monkeypatch.setattr(SlurmJob, "watcher", SlurmJob.watcher)  # launch() replaces it: restored after
     asked = []
@@ -362,17 +363,21 @@ def test_a_slurm_job_that_raised_is_an_error_one_that_came_back_empty_is_killed(
     from submitit.core.utils import FailedJobError, UncompletedJobError
 
     from sweeps.errors import DataUnavailable
-    from sweeps.launch import outcome, slurm_launcher
+    from collections import Counter
+
+    from sweeps import state
+    from sweeps.launch.process import outcome
+    from sweeps.launch.slurm import launcher as slurm_launcher
 
     lost = []
     monkeypatch.setattr(slurm_launcher, "_close_lost_run", lambda job_id, state: lost.append(job_id))
     monkeypatch.delenv("SWEEPS_PARENT_RUN_ID", raising=False)
-    monkeypatch.setattr(outcome, "_counts", outcome.Counter())
+    monkeypatch.setattr(state.current(), "outcomes", Counter())
     usage = JobReturn(overrides=["dataset=cifar10"], status=JobStatus.FAILED)
     usage.return_value = DataUnavailable("cifar10 is not under dataset.root=/data (/data) and download=false")
-    trace = "Job (task=0) failed during processing with trace:\n----------------------\n{}\n----------------------\n"
+    trace = "JobRecord (task=0) failed during processing with trace:\n----------------------\n{}\n----------------------\n"
     crash = FailedJobError(trace.format("Traceback (most recent call last):\n  ...\nRuntimeError: composition failed"))
-    used_up = FailedJobError(trace.format("Traceback:\nsubmitit.core.utils.UncompletedJobError: Job not requeued "
+    used_up = FailedJobError(trace.format("Traceback:\nsubmitit.core.utils.UncompletedJobError: JobRecord not requeued "
                                           "because: timed-out too many times."))
     empty = UncompletedJobError("Job 4_3 (task: 0) with path ... has not produced any output (state: CANCELLED)")
     assert outcome.exit_status() == 0

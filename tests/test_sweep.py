@@ -162,7 +162,7 @@ def test_a_store_failing_while_the_sweep_opens_stops_it_in_one_line(tmp_path, mo
 
 def test_a_store_failing_while_the_sweep_closes_is_one_line_and_exit_1(tmp_path, monkeypatch):
     from conftest import cli_in_process
-    from sweeps.launch import sweep
+    from sweeps.launch.cli import sweep
 
     def broken(*args, **kwargs):
         raise OSError("disk I/O error")

@@ -19,7 +19,7 @@ from sweeps.tracking import env
 from sweeps.telemetry import nvml as telemetry_nvml
 from sweeps.telemetry.sampler import Telemetry, for_job
 from sweeps.telemetry.plot import render
-from sweeps.launch.finish import FIGURE_MIN_SAMPLES
+from sweeps.launch.job.finish import FIGURE_MIN_SAMPLES
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -18,7 +18,7 @@ def main() -> None:
     """Entry point (also the ``sweeps`` console script)."""
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _interrupted_early)  # until the CLI installs the sweep's own handlers
-    from sweeps.launch.cli import cli
+    from sweeps.launch.cli.command import cli
 
     cli()
 

@@ -38,7 +38,8 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
             ``config_dir``) — its one line, as the command line prints it.
         KeyboardInterrupt: Ctrl-C (the interrupted job's run is closed ``killed`` first).
     """
-    from sweeps.launch import cli, outcome, sweep
+    from sweeps import state
+    from sweeps.launch.cli import command
 
     args = (["-m"] if multirun else []) + list(overrides)
     if config_dir is not None:
@@ -47,22 +48,23 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
                              "model/, dataset/, ... option files")
         args = ["--config-dir", str(Path(config_dir).resolve()), *args]
     with command_state(["sweeps", *args]), contextlib.redirect_stderr(_Tee(sys.stderr)) as err:
-        code = call_cli(cli.cli)
+        code = call_cli(command.cli)
     if code == 2:
         raise UsageError(err.last_error() or "bad input (see the lines above)")
     if code in (130, 143):
         raise KeyboardInterrupt
-    if multirun and sweep.LAST_SWEEP:
-        return sweep_records(sweep.LAST_SWEEP["tracking_uri"], sweep.LAST_SWEEP["run_id"])
-    if outcome.LAST_JOB.get("run_id"):
+    last_sweep, last_job = state.current().last_sweep, state.current().last_job  # the command's own state
+    if multirun and last_sweep:
+        return sweep_records(last_sweep["tracking_uri"], last_sweep["run_id"])
+    if last_job.get("run_id"):
         from sweeps.report.results import single_record
 
-        return [single_record(outcome.LAST_JOB["tracking_uri"], outcome.LAST_JOB["run_id"])]
+        return [single_record(last_job["tracking_uri"], last_job["run_id"])]
     return []
 
 
 def call_cli(entry) -> int:
-    """Call the command line's ``entry`` (:func:`sweeps.launch.cli.cli`) and return its exit status."""
+    """Call the command line's ``entry`` (:func:`sweeps.launch.cli.command.cli`) and return its exit status."""
     try:
         entry()
     except SystemExit as e:
@@ -76,20 +78,20 @@ def call_cli(entry) -> int:
 @contextlib.contextmanager
 def command_state(argv: list[str]):
     """Run a command of the command line in this process as if it were a process of its own:
-    ``sys.argv`` set to ``argv``, the outcome counters and last job/sweep cleared; afterwards
+    ``sys.argv`` set to ``argv``, a fresh process state (:func:`sweeps.state.begin_command`:
+    no outcome counts, last job or sweep); afterwards
     everything a run changes in the process put back — argv, environment, SIGINT/SIGTERM handlers,
     the root logger's handlers and level (Hydra gives each job its own), Hydra's singletons."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
 
-    from sweeps.launch import outcome, sweep
+    from sweeps import state
 
     saved_argv, saved_env = sys.argv, dict(os.environ)
     saved_signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     root = logging.getLogger()
     saved_handlers, saved_level = root.handlers[:], root.level
-    sweep.LAST_SWEEP.clear()
-    outcome.reset()
+    state.begin_command()
     sys.argv = list(argv)
     try:
         yield

@@ -7,6 +7,13 @@ def brief(exc: BaseException, limit: int = 200) -> str:
     return " ".join(str(exc).split())[:limit]
 
 
+def describe(exc: BaseException, limit: int = 200) -> str:
+    """``"<type>: <text on one line>"`` (:func:`brief`; just the type where the text is empty): how
+    every log line, tag and message names a failure that is not the user's to fix."""
+    text = brief(exc, limit)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class UsageError(Exception):
     """Bad input the user must fix (a value, a path, missing data).
 
@@ -25,7 +32,7 @@ class DeviceUnavailable(Exception):
 
 class RankFailed(RuntimeError):
     """A data-parallel rank (another process) failed, or died without saying why: raised in the job
-    process by :func:`sweeps.launch.ddp.first_failure`, its text the rank's own error. A CUDA error
+    process by :func:`sweeps.launch.placement.ddp.first_failure`, its text the rank's own error. A CUDA error
     in that text, sticky or not, happened in the rank's process: the job process's CUDA is fine."""
 
 

@@ -75,7 +75,7 @@ def validate(cfg: DictConfig) -> None:
     if cfg.telemetry.interval_s < 0:
         raise UsageError(f"telemetry.interval_s={cfg.telemetry.interval_s} is not valid: "
                          "use seconds ≥ 0 (0 turns telemetry off)")
-    if cfg.device.name == "ddp":  # data parallel: see sweeps.launch.ddp
+    if cfg.device.name == "ddp":  # data parallel: see sweeps.launch.placement.ddp
         _validate_ddp(cfg)
     checkpoints = Path(str(cfg.checkpoint.dir)).expanduser()
     if checkpoints.exists() and not checkpoints.is_dir():

@@ -23,7 +23,7 @@ from torch.utils.data import Dataset, Subset, TensorDataset
 from sweeps.config import call_target
 from sweeps.config.targets import option_name
 from sweeps.data.spec import DataSpec
-from sweeps.errors import UsageError, brief
+from sweeps.errors import UsageError, describe
 
 log = logging.getLogger("sweeps")
 
@@ -45,7 +45,7 @@ def build_datasets(cfg: DictConfig, seed: int) -> tuple[Dataset, Dataset, DataSp
     except UsageError:
         raise
     except Exception as e:  # a wrong value the target chokes on (shape=abc): no job can run on it
-        raise UsageError(f"{where} failed ({type(e).__name__}: {brief(e)}); check the option's values") from None
+        raise UsageError(f"{where} failed ({describe(e)}); check the option's values") from None
     if not isinstance(out, (tuple, list)) or len(out) not in (2, 3):
         raise UsageError(f"{where} returned {_kind(out)}: return (train, test), two map-style datasets of "
                          "(input, target) pairs")

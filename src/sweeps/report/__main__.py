@@ -19,18 +19,18 @@ from mlflow import MlflowClient
 
 from sweeps import names
 from sweeps.report import compare, compare_tables, plots
-from sweeps.report.runs import find_sweep, history, load_jobs, max_batches, swept_keys
+from sweeps.report.runs import find_sweep, history, load_jobs, max_batches, varied_keys
 from sweeps.report.tables import (COMPARE_KEYS, comparison, inference_table, max_batch_table, reference_tables,
                                   scaling_efficiency)
 from sweeps.report.selection import Selection, select_jobs
 from sweeps.tracking.store import resolve_uri
 
 
-def build(client: MlflowClient, parent, out: Path) -> Path:
+def write_report(client: MlflowClient, parent, out: Path) -> Path:
     """Write ``out/report.md`` and its figures for the sweep ``parent``; returns the report path."""
     out.mkdir(parents=True, exist_ok=True)
     jobs = load_jobs(client, parent)
-    swept = swept_keys(jobs)
+    swept = varied_keys(jobs)
     tags = jobs[0].tags if jobs else parent.data.tags
     tag = lambda key: tags.get(key, "?")  # noqa: E731
     lines = [f"# Sweep report: {parent.info.run_name}", "",
@@ -83,7 +83,7 @@ def _compare(client: MlflowClient, args: argparse.Namespace) -> int:
     jobs = select_jobs(client, selection)
     result = compare.compare(jobs, args.by or [names.COMPARE_DEFAULT_BY], args.baseline)
     out = args.out or Path("reports") / f"compare-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
-    report = compare_tables.build(result, f"{selection.describe()} in {client.tracking_uri}", out)
+    report = compare_tables.write_comparison(result, f"{selection.describe()} in {client.tracking_uri}", out)
     print(report.read_text())
     for warning in result.warnings:
         print(f"sweeps.report: warning: {warning}", file=sys.stderr)
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LookupError, ValueError) as e:
         print(f"sweeps.report: error: {e}", file=sys.stderr)
         return 2
-    report = build(client, parent, args.out or Path("reports") / parent.info.run_id[:12])
+    report = write_report(client, parent, args.out or Path("reports") / parent.info.run_id[:12])
     print(report.read_text())
     print(f"\nreport: {report}", file=sys.stderr)
     return 0

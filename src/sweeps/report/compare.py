@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sweeps import names
-from sweeps.report.runs import Job
+from sweeps.report.runs import JobRecord
 
 # Params that say how a job was run, not what it measured; paths differ between machines.
 # device.index: which GPU of a machine (a pool slot) — the same GPU model measures the same thing.
@@ -28,16 +28,16 @@ class Comparison:
     asked: str  # --by as given, with what it stands for: "machine (sweeps.hardware)"
     groups: list[str]  # group labels: the baseline, then the others in the order their first run started
     baseline: str
-    configs: dict[str, dict[str, list[Job]]]
+    configs: dict[str, dict[str, list[JobRecord]]]
     label_keys: list[str]  # the params that tell configurations apart
     warnings: list[str]
 
 
-def _value(job: Job, key: str) -> str:
+def _value(job: JobRecord, key: str) -> str:
     return job.tags.get(key, job.params.get(key, "-"))
 
 
-def _measured(job: Job, by: list[str]) -> dict[str, str]:
+def _measured(job: JobRecord, by: list[str]) -> dict[str, str]:
     """The job's params that define its configuration: all but bookkeeping and ``by`` (with its
     sub-keys: ``--by precision`` also drops ``precision.name``)."""
     return {k: v for k, v in job.params.items()
@@ -45,14 +45,14 @@ def _measured(job: Job, by: list[str]) -> dict[str, str]:
             and not any(k == b or k.startswith(b + ".") for b in by)}
 
 
-def _differing(jobs: list[Job]) -> list[str]:
+def _differing(jobs: list[JobRecord]) -> list[str]:
     """Tags naming machine and software, then params, that take more than one value in ``jobs``."""
     tags = [*names.MACHINE_TAGS, *names.SOFTWARE_TAGS, names.LOADER_TAG]
     params = sorted({k for j in jobs for k in _measured(j, [])})
     return [k for k in (*tags, *params) if len({_value(j, k) for j in jobs}) > 1]
 
 
-def resolve_by(jobs: list[Job], by: list[str]) -> list[str]:
+def resolve_by(jobs: list[JobRecord], by: list[str]) -> list[str]:
     """``--by`` keys as tag or param names (:data:`sweeps.names.COMPARE_BY` aliases resolved).
 
     Raises:
@@ -69,7 +69,7 @@ def resolve_by(jobs: list[Job], by: list[str]) -> list[str]:
     return keys
 
 
-def _label_keys(jobs: list[Job], by: list[str]) -> list[str]:
+def _label_keys(jobs: list[JobRecord], by: list[str]) -> list[str]:
     """Params that tell the configurations apart, in command-line order: a sub-key (``model.hidden``)
     is left out where its group's value (``model=mlp``) already says it."""
     measured = [_measured(j, by) for j in jobs]
@@ -100,7 +100,7 @@ def _sort_key(values: list[str]) -> tuple:
     return tuple(out)
 
 
-def _mismatches(configs: dict[str, dict[str, list[Job]]], by: list[str], shown_by: str) -> list[str]:
+def _mismatches(configs: dict[str, dict[str, list[JobRecord]]], by: list[str], shown_by: str) -> list[str]:
     """One line per software tag whose value differs among the runs of one configuration, and one
     line for the machine tags (unless grouping by machine: they differ together): what else,
     besides ``by``, the comparison compares — each value with the groups that ran with it."""
@@ -126,7 +126,7 @@ def _mismatches(configs: dict[str, dict[str, list[Job]]], by: list[str], shown_b
     return out
 
 
-def compare(jobs: list[Job], by: list[str], baseline: str | None = None) -> Comparison:
+def compare(jobs: list[JobRecord], by: list[str], baseline: str | None = None) -> Comparison:
     """Group ``jobs`` by configuration and by the values of ``by`` (tag or param names, or aliases).
 
     Raises:
@@ -148,7 +148,7 @@ def compare(jobs: list[Job], by: list[str], baseline: str | None = None) -> Comp
     baseline = baseline or groups[0]
     groups = [baseline, *(g for g in groups if g != baseline)]  # the baseline's column first
     label_keys = _label_keys(jobs, keys)
-    configs: dict[str, dict[str, list[Job]]] = {}
+    configs: dict[str, dict[str, list[JobRecord]]] = {}
     order: dict[str, tuple] = {}
     for j in jobs:
         values = [_measured(j, keys).get(k, "-") for k in label_keys]

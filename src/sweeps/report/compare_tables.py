@@ -10,7 +10,7 @@ from pathlib import Path
 from sweeps import names
 from sweeps.report import plots
 from sweeps.report.compare import Comparison
-from sweeps.report.runs import Job
+from sweeps.report.runs import JobRecord
 from sweeps.report.tables import FIRST_EPOCH_MARK, epoch_values, md_table, with_note
 from sweeps.tracking.reliability import unreliable
 
@@ -38,11 +38,11 @@ def _spread(values: list[float]) -> str:
     return lo if lo == hi else f"{_num(statistics.median(values))} [{lo}, {hi}]"
 
 
-def _ok(jobs: list[Job]) -> list[Job]:
+def _ok(jobs: list[JobRecord]) -> list[JobRecord]:
     return [j for j in jobs if j.outcome == names.OK]
 
 
-def _epoch_values(jobs: list[Job]) -> tuple[list[float], bool]:
+def _epoch_values(jobs: list[JobRecord]) -> tuple[list[float], bool]:
     return epoch_values(_ok(jobs))  # ok runs only: an OOM's partial epochs are no figure
 
 
@@ -60,7 +60,7 @@ def ratio_headers(cmp: Comparison) -> list[str]:
     return ["÷ baseline"] if len(others) == 1 else [f"{g} ÷ baseline" for g in others]
 
 
-def _runs_cell(jobs: list[Job]) -> str:
+def _runs_cell(jobs: list[JobRecord]) -> str:
     """``ok/all``, and how the others ended (``0/1 OOM``)."""
     if not jobs:
         return "-"
@@ -68,7 +68,7 @@ def _runs_cell(jobs: list[Job]) -> str:
     return f"{len(jobs) - len(failed)}/{len(jobs)}" + (f" {', '.join(sorted(set(failed)))}" if failed else "")
 
 
-def _epoch_row(label: str, by_group: dict[str, list[Job]], cmp: Comparison) -> tuple[list[str] | None, bool]:
+def _epoch_row(label: str, by_group: dict[str, list[JobRecord]], cmp: Comparison) -> tuple[list[str] | None, bool]:
     """``label``, the median epoch time per group and the ratios (None where no run has one);
     ``True`` when a 1-epoch job's first epoch stands in (the cell is marked)."""
     epoch = {g: _epoch_values(by_group.get(g, [])) for g in cmp.groups}
@@ -78,14 +78,14 @@ def _epoch_row(label: str, by_group: dict[str, list[Job]], cmp: Comparison) -> t
              *_ratios({g: v for g, (v, _) in epoch.items()}, cmp)], any(m for _, m in epoch.values()))
 
 
-def _notes(jobs: list[Job]) -> str:
+def _notes(jobs: list[JobRecord]) -> str:
     """Why the group's figures should not be trusted, from any of its runs ("" when they can)."""
     m = [j.metrics for j in _ok(jobs)]
     return "; ".join(sorted({n for x in m if (n := unreliable(
         x.get(names.EPOCH_P10_S), x.get(names.EPOCH_P90_S), x.get(names.OTHER_CPU_MEAN_PCT)))}))
 
 
-def config_table(by_group: dict[str, list[Job]], cmp: Comparison) -> str:
+def config_table(by_group: dict[str, list[JobRecord]], cmp: Comparison) -> str:
     """One configuration: a row per figure, a column per group, then the ratio columns; a 1-epoch
     job's first epoch standing in for the median is marked and explained under the table."""
     blank = ["" for g in cmp.groups if g != cmp.baseline]
@@ -141,7 +141,7 @@ def _figures(cmp: Comparison, out: Path) -> list[tuple[str, Path | None]]:
     ]
 
 
-def build(cmp: Comparison, where: str, out: Path) -> Path:
+def write_comparison(cmp: Comparison, where: str, out: Path) -> Path:
     """Write ``out/compare.md`` and its figures; returns its path. ``where`` names the store and
     the selection in the header."""
     out.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from sweeps import names
 from sweeps.names import PHASES
-from sweeps.report.runs import Job
+from sweeps.report.runs import JobRecord
 
 
 def _save(fig, path: Path) -> Path:
@@ -23,7 +23,7 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _by_group(jobs: list[Job], metric: str) -> dict[str, list[tuple[float, float]]]:
+def _by_group(jobs: list[JobRecord], metric: str) -> dict[str, list[tuple[float, float]]]:
     """``{label without batch: [(batch, value)]}`` for ok jobs that have ``metric``, by batch."""
     groups: dict[str, list] = defaultdict(list)
     for j in jobs:
@@ -32,7 +32,7 @@ def _by_group(jobs: list[Job], metric: str) -> dict[str, list[tuple[float, float
     return {k: sorted(v) for k, v in groups.items()}
 
 
-def versus_batch(jobs: list[Job], metric: str, ylabel: str, path: Path, logy: bool = False) -> Path | None:
+def versus_batch(jobs: list[JobRecord], metric: str, ylabel: str, path: Path, logy: bool = False) -> Path | None:
     """``metric`` against batch size, one line per model/device (every swept key but batch)."""
     groups = _by_group(jobs, metric)
     if not groups or all(len(v) < 2 for v in groups.values()):
@@ -59,7 +59,7 @@ def versus_batch(jobs: list[Job], metric: str, ylabel: str, path: Path, logy: bo
     return _save(fig, path)
 
 
-def phase_breakdown(jobs: list[Job], path: Path) -> Path | None:
+def phase_breakdown(jobs: list[JobRecord], path: Path) -> Path | None:
     """Stacked bars: mean data/forward/backward/optimizer time per iteration (last epoch), per job."""
     rows = [j for j in jobs if all(names.phase_ms(p) in j.metrics for p in PHASES)]
     if not rows:
@@ -77,7 +77,7 @@ def phase_breakdown(jobs: list[Job], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def inference_by_method(jobs: list[Job], path: Path) -> Path | None:
+def inference_by_method(jobs: list[JobRecord], path: Path) -> Path | None:
     """Median time per batch (p10–p90 whiskers) per inference job, log scale: the naive host
     clock's error against the synchronized and CUDA-event timings is orders of magnitude."""
     rows = [j for j in jobs if names.INFER_MEDIAN_MS in j.metrics]
@@ -97,7 +97,7 @@ def inference_by_method(jobs: list[Job], path: Path) -> Path | None:
     return _save(fig, path)
 
 
-def per_epoch(jobs: list[Job], history: Callable[[str, str], list], metric: str, ylabel: str,
+def per_epoch(jobs: list[JobRecord], history: Callable[[str, str], list], metric: str, ylabel: str,
               path: Path) -> Path | None:
     """A per-epoch metric (e.g. ``gpu/energy_j``) over epochs, one line per job that logged it."""
     series = {j.label(): history(j.run_id, metric) for j in jobs if metric in j.metrics}
@@ -180,7 +180,7 @@ def grouped_phases(cells: dict[str, dict[str, list[float]]], groups: list[str], 
     return _save(fig, path)
 
 
-def to_target(jobs: list[Job], path: Path) -> Path | None:
+def to_target(jobs: list[JobRecord], path: Path) -> Path | None:
     """Steps and examples to the target quality against batch size, log–log, one line per
     model/device (every swept key but batch and repeat): the median over repeats with [min, max]
     bars, and the perfect-scaling reference through the smallest batch — steps × batch constant,

@@ -8,7 +8,7 @@ from typing import Any
 from mlflow import MlflowClient
 
 from sweeps import names
-from sweeps.report.runs import Job, job_from_run
+from sweeps.report.runs import JobRecord, job_from_run
 from sweeps.report.selection import Selection, select_jobs
 from sweeps.tracking import store
 
@@ -19,7 +19,7 @@ COLUMNS = (names.FIRST_EPOCH_S, names.MEDIAN_EPOCH_S, names.TOTAL_S, names.FINAL
            names.TARGET_SAMPLES, names.TARGET_STEPS)
 
 
-def job_record(job: Job) -> dict[str, Any]:
+def job_record(job: JobRecord) -> dict[str, Any]:
     """One job as a flat dict: ``run_id``, ``name``, ``outcome``, ``error``, ``model``,
     ``dataset``, ``device``, ``batch`` (examples per step, a number: the logged ``batch_size``),
     ``lr``, ``target`` (``reached``, ``missed`` or None), every swept key (its value as typed),

@@ -16,7 +16,7 @@ from sweeps.tracking.naming import parse_overrides
 
 
 @dataclass
-class Job:
+class JobRecord:
     """One job of a sweep as the report sees it."""
 
     run_id: str
@@ -75,20 +75,20 @@ def find_sweep(client: MlflowClient, experiment: str | None = None, run_id: str 
     return found[0]
 
 
-def job_from_run(run) -> Job:
+def job_from_run(run) -> JobRecord:
     """A job run (an MLflow ``Run``) as the report sees it."""
     tags = run.data.tags
-    return Job(run.info.run_id, run.info.run_name, tags.get(names.OUTCOME_TAG, "?"), tags.get(names.ERROR_TAG, ""),
+    return JobRecord(run.info.run_id, run.info.run_name, tags.get(names.OUTCOME_TAG, "?"), tags.get(names.ERROR_TAG, ""),
                dict(parse_overrides(tags.get(names.OVERRIDES_TAG, ""))), dict(run.data.params), dict(run.data.metrics),
                dict(tags))
 
 
-def load_jobs(client: MlflowClient, parent) -> list[Job]:
+def load_jobs(client: MlflowClient, parent) -> list[JobRecord]:
     """The sweep's jobs in the order they ran."""
     return [job_from_run(run) for run in store.child_runs(client, parent.info.experiment_id, parent.info.run_id)]
 
 
-def swept_keys(jobs: list[Job]) -> list[str]:
+def varied_keys(jobs: list[JobRecord]) -> list[str]:
     """Keys that take more than one value across the jobs, in command-line order."""
     keys: list[str] = []
     for job in jobs:

@@ -9,7 +9,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from sweeps import names
-from sweeps.report.runs import Job, job_from_run
+from sweeps.report.runs import JobRecord, job_from_run
 
 
 @dataclass
@@ -97,7 +97,7 @@ def _sweep(client: MlflowClient, run_id: str):
     return run
 
 
-def select_jobs(client: MlflowClient, selection: Selection) -> list[Job]:
+def select_jobs(client: MlflowClient, selection: Selection) -> list[JobRecord]:
     """The job runs (not sweeps' parent runs) the selection names, oldest first.
 
     Raises:

@@ -6,7 +6,7 @@ import statistics
 from typing import Sequence
 
 from sweeps import names
-from sweeps.report.runs import Job, memory_key
+from sweeps.report.runs import JobRecord, memory_key
 from sweeps.tracking.console import hms
 from sweeps.tracking.reliability import unreliable
 
@@ -29,7 +29,7 @@ def _f(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def _score(job: Job) -> str:
+def _score(job: JobRecord) -> str:
     m = job.metrics
     if names.FINAL_ACC in m:
         return f"{m[names.FINAL_ACC]:.4f}"
@@ -45,14 +45,14 @@ def _median_spread(values: list[float], digits: int = 2) -> str:
     return f"{_f(statistics.median(values), digits)} [{_f(min(values), digits)}, {_f(max(values), digits)}]"
 
 
-def epoch_values(runs: list[Job]) -> tuple[list[float], bool]:
+def epoch_values(runs: list[JobRecord]) -> tuple[list[float], bool]:
     """The epoch time of each of ``runs`` that has one (s): the median from epoch 2, or a 1-epoch
-    run's first epoch standing in (:meth:`Job.epoch_time`); ``True`` when one stood in."""
+    run's first epoch standing in (:meth:`JobRecord.epoch_time`); ``True`` when one stood in."""
     timed = [t for t in (j.epoch_time() for j in runs) if t[0] is not None]
     return [t for t, _ in timed], any(f for _, f in timed)
 
 
-def epoch_cell(runs: list[Job], digits: int = 2) -> tuple[str, bool]:
+def epoch_cell(runs: list[JobRecord], digits: int = 2) -> tuple[str, bool]:
     """:func:`epoch_values` of ``runs`` as ``m [lo, hi]`` (:func:`_median_spread`), ending in
     :data:`FIRST_EPOCH_MARK` (and ``True``) when a first epoch stood in."""
     values, first = epoch_values(runs)
@@ -64,19 +64,19 @@ def with_note(table: str, marked: bool) -> str:
     return f"{table}\n\n{FIRST_EPOCH_NOTE}" if marked else table
 
 
-def _note(runs: list[Job]) -> str:
+def _note(runs: list[JobRecord]) -> str:
     """Why a row's figure should not be trusted, from any of its runs ("" when it can)."""
     notes = {unreliable(m.get(names.EPOCH_P10_S), m.get(names.EPOCH_P90_S), m.get(names.OTHER_CPU_MEAN_PCT))
              for m in (j.metrics for j in runs)}
     return "; ".join(sorted(n for n in notes if n))
 
 
-def has_target(job: Job) -> bool:
+def has_target(job: JobRecord) -> bool:
     """Whether ``job`` ran with a target quality (``target.metric`` set)."""
     return job.params.get(names.TARGET_METRIC_PARAM) not in (None, "None", "null", "")
 
 
-def target_cell(runs: list[Job]) -> str:
+def target_cell(runs: list[JobRecord]) -> str:
     """Time to target (s) over ``runs``: ``m [lo, hi]`` of those that reached it, ``missed`` when
     none did, and ``(k/n missed)`` after the figure when some did not."""
     times = [j.metrics[names.TO_TARGET_S] for j in runs if names.TO_TARGET_S in j.metrics]
@@ -86,7 +86,7 @@ def target_cell(runs: list[Job]) -> str:
     return _median_spread(times) + (f" ({missed}/{len(runs)} missed)" if missed else "")
 
 
-def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> list[tuple[str, str]]:
+def reference_tables(jobs: list[JobRecord], fits: dict[tuple, int] | None = None) -> list[tuple[str, str]]:
     """Study 1's table per group (every swept key but batch and repeat): batch | runs | first
     epoch [s] | median epoch from 2 [s] | total time | accuracy or RMSE | peak MB | overhead |
     note. A 1-epoch job's first epoch stands in for its median, marked ``*`` and explained under
@@ -97,7 +97,7 @@ def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> l
     in place of the times — an OOM as ``OOM (fits up to N)`` when ``fits``
     (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits. Jobs with a target
     add ``time to target [s]`` (:func:`target_cell`) and ``epochs to target``."""
-    groups: dict[str, dict[float | None, list[Job]]] = {}
+    groups: dict[str, dict[float | None, list[JobRecord]]] = {}
     for j in jobs:
         if names.INFER_MEDIAN_MS not in j.metrics and j.params.get("task") != "max_batch":
             groups.setdefault(j.label(exclude=("batch", "repeat")), {}).setdefault(j.batch, []).append(j)
@@ -135,7 +135,7 @@ def reference_tables(jobs: list[Job], fits: dict[tuple, int] | None = None) -> l
     return out
 
 
-def max_batch_table(jobs: list[Job]) -> str | None:
+def max_batch_table(jobs: list[JobRecord]) -> str | None:
     """Per ``task=max_batch`` job: the largest batch that fits, the peak memory at it, whether the
     search found the boundary (``exact``) or stopped at ``max_batch.limit``, and its trial count."""
     rows = [[j.label(), j.outcome, _f(j.metrics.get(names.MAX_BATCH), 0), _f(j.metrics.get(names.MAX_BATCH_PEAK_MB), 0),
@@ -146,7 +146,7 @@ def max_batch_table(jobs: list[Job]) -> str | None:
     return md_table(["job", "outcome", "max batch", "peak MB at it", "bound", "trials"], rows)
 
 
-def inference_table(jobs: list[Job]) -> str | None:
+def inference_table(jobs: list[JobRecord]) -> str | None:
     """Per inference job: median, p10, p90 ms per batch and throughput."""
     timings = (names.INFER_MEDIAN_MS, names.INFER_P10_MS, names.INFER_P90_MS)
     rows = [[j.label(), j.outcome, *(_f(j.metrics.get(k), 3) for k in timings),
@@ -157,17 +157,17 @@ def inference_table(jobs: list[Job]) -> str | None:
     return md_table(["job", "outcome", "median ms/batch", "p10 ms", "p90 ms", "samples/s"], rows)
 
 
-def comparison(jobs: list[Job], key: str) -> str:
+def comparison(jobs: list[JobRecord], key: str) -> str:
     """Side by side over the values of ``key`` (e.g. device=cpu vs cuda): median epoch time (a
     1-epoch job's first epoch, marked; or the inference median) per remaining label, and the
     speedup of each column over the first."""
     values = list(dict.fromkeys(j.swept[key] for j in jobs if key in j.swept))
-    cells: dict[str, dict[str, Job]] = {}
+    cells: dict[str, dict[str, JobRecord]] = {}
     for j in jobs:
         if key in j.swept:
             cells.setdefault(j.label(exclude=(key,)), {})[j.swept[key]] = j
 
-    def time_of(j: Job | None) -> tuple[float | None, bool]:
+    def time_of(j: JobRecord | None) -> tuple[float | None, bool]:
         if j is None or j.outcome != "ok":
             return None, False
         t, first = j.epoch_time()
@@ -186,7 +186,7 @@ def comparison(jobs: list[Job], key: str) -> str:
     return with_note(md_table(headers, rows), marked)
 
 
-def scaling_efficiency(jobs: list[Job]) -> str | None:
+def scaling_efficiency(jobs: list[JobRecord]) -> str | None:
     """Data-parallel scaling: for each config run on 1 and on N processes (metric
     ``device.world_size``, 1 where absent), ``perf/scaling_efficiency`` = throughput_N / (N ×
     throughput_1), throughput = ``perf/samples_per_s`` (last epoch). None when no pair exists."""

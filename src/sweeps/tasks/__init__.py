@@ -1,6 +1,6 @@
 """Tasks: what a job does once its device, data and run are ready. ``task=NAME`` picks one class
 from :data:`~sweeps.tasks.base.REGISTRY`; each has one interface (``prepare``, ``run``,
-``summarise``). A new task is one module here and one entry in :data:`sweeps.names.GROUP_OPTIONS`.
+``summarize``). A new task is one module here and one entry in :data:`sweeps.names.GROUP_OPTIONS`.
 
 - ``train`` (:mod:`sweeps.tasks.train`): timed epochs through :mod:`sweeps.train.builder`;
 - ``inference`` (:mod:`sweeps.tasks.inference`): N timed forward passes, three timing modes;

@@ -1,13 +1,13 @@
 """The task interface and its registry: ``task=NAME`` → one :class:`Task` subclass.
 
-A task is driven by the job context (:class:`sweeps.launch.job.JobRun`) in three steps:
+A task is driven by the job context (:class:`sweeps.launch.job.lifecycle.JobRun`) in three steps:
 
 1. :meth:`Task.prepare` — before any device is claimed or run opened: build the data and derive
    the global batch size and the scaled learning rate (bad input raises ``UsageError`` here);
 2. :meth:`Task.run` — on the claimed device, logging through the job (``job.writer`` for
    metrics and tags, ``job.epochs`` for per-epoch records, ``job.checkpoints`` and
    ``job.resume_state`` for resume, ``job.telemetry`` for the sampler);
-3. :meth:`Task.summarise` — the job-level metrics from the per-epoch records, on every ending.
+3. :meth:`Task.summarize` — the job-level metrics from the per-epoch records, on every ending.
 
 A new task is one module in this package that defines a subclass decorated with
 :func:`register`, and its name in :data:`sweeps.names.GROUP_OPTIONS` ``["task"]``.
@@ -27,7 +27,7 @@ from sweeps.config import batch_size, scaled_lr
 from sweeps.config.targets import check_target, option_name
 from sweeps.data import DataSpec, build_datasets
 from sweeps.data.device_loader import can_reside
-from sweeps.errors import UsageError, brief
+from sweeps.errors import UsageError, describe
 from sweeps.train.builder import JobData
 from sweeps.train.losses import make_loss
 from sweeps.train.optim import make_optimizer, make_schedule
@@ -87,7 +87,7 @@ def check_parts(cfg: DictConfig, spec: DataSpec, train) -> None:
         except Exception as e:  # the target's own check of a value (Adam: "Invalid beta parameter")
             node = cfg[group]
             raise UsageError(f"{group}={option_name(node, group)}: {node.get('_target_')} fails with these "
-                             f"arguments ({type(e).__name__}: {brief(e)})") from None
+                             f"arguments ({describe(e)})") from None
     if cfg.dataset.loader == "device" and not can_reside(train):
         raise UsageError(f"dataset.loader=device needs tensors in memory (a TensorDataset, CIFAR-10, MNIST), not "
                          f"{type(train).__name__}: use dataset.loader=auto or dataloader")
@@ -153,6 +153,6 @@ class Task:
         raises (OOM, ...): the job context turns it into an outcome."""
         raise NotImplementedError
 
-    def summarise(self, records: list[dict]) -> dict[str, float]:
+    def summarize(self, records: list[dict]) -> dict[str, float]:
         """Job-level metrics from the per-epoch records (none by default)."""
         return {}

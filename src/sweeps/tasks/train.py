@@ -1,12 +1,12 @@
 """``task=train``: timed training epochs, the study's main job.
 
-The training job comes from :func:`sweeps.train.builder.build` (the same for one device and for
+The training job comes from :func:`sweeps.train.builder.build_training` (the same for one device and for
 each rank of a data-parallel job); this module adds what happens around the epochs: FLOPs and
 MFU, compilation kept out of the timer, resume from a checkpoint, a checkpoint when one is due
 (outside the timed epoch), and the job-level summary.
 
 Under ``device=ddp`` every rank runs :meth:`TrainTask.run` with a rank-side job
-(:class:`sweeps.launch.rank.RankJob`): the ranks' epoch records are gathered and reduced after
+(:class:`sweeps.launch.placement.rank.RankRun`): the ranks' epoch records are gathered and reduced after
 each epoch (:func:`sweeps.train.distributed.gather_epoch`), so every rank sees the same record and
 takes the same decisions (a diverged loss); only rank 0's job logs, journals and checkpoints.
 """
@@ -19,11 +19,11 @@ import torch
 from sweeps import names
 from sweeps.data import resident_loader
 from sweeps.data.loaders import describe_workers
-from sweeps.errors import Diverged
+from sweeps.errors import Diverged, describe
 from sweeps.models import count_parameters
 from sweeps.tasks.base import Task, register
 from sweeps.train import distributed, flops
-from sweeps.train.builder import build
+from sweeps.train.builder import build_training
 from sweeps.train.loop import summarize
 from sweeps.train.target import met, to_target
 
@@ -37,7 +37,7 @@ class TrainTask(Task):
 
     def run(self, job, device: torch.device) -> None:
         cfg, data = self.cfg, self.data
-        training = build(cfg, data, device, monitor=job.telemetry)
+        training = build_training(cfg, data, device, monitor=job.telemetry)
         job.writer.log_metrics({names.PARAMS: count_parameters(training.model)})
         job.writer.set_tags({names.LOADER_TAG: describe_workers(
             cfg.dataset, device, data.train, resident_loader(cfg.dataset.loader, data.train))})
@@ -80,7 +80,7 @@ class TrainTask(Task):
                     try:
                         job.writer.set_tags({names.CHECKPOINTS_TAG: f"off: {job.checkpoints.off}"})
                     except Exception as e:  # the store may sit on the same full disk
-                        job.log.warning("could not tag the run with it (%s)", type(e).__name__)
+                        job.log.warning("could not tag the run with it (%s)", describe(e))
 
         try:
             training.trainer.fit(training.train_loader, training.test_loader, cfg.epochs, after_epoch,
@@ -90,7 +90,7 @@ class TrainTask(Task):
         if target is not None and not reached[0]:  # every epoch ran without reaching it; the job is still ok
             job.writer.set_tags({names.TARGET_TAG: names.TARGET_MISSED})
 
-    def summarise(self, records: list[dict]) -> dict[str, float]:
+    def summarize(self, records: list[dict]) -> dict[str, float]:
         return {**summarize(records, self.regression), **to_target(records, self.cfg.target)}
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from sweeps.errors import describe
+
 try:
     import pynvml  # from the nvidia-ml-py package
 except ImportError:  # pragma: no cover - a dependency of sweeps
@@ -44,10 +46,6 @@ HOST_FIELDS = ("cpu_pct", "rss_mb", "sys_mem_used_mb", "sys_cpu_pct")
 PERMANENT = ("NVMLError_NotSupported", "NVMLError_FunctionNotFound", "NVMLError_NoPermission")
 
 
-def why(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"
-
-
 def nvml_problem(nvml: Any = None) -> str:
     """Why NVML cannot be used here ("" when it can): no nvidia-ml-py, no library, no driver."""
     n = nvml or pynvml
@@ -56,7 +54,7 @@ def nvml_problem(nvml: Any = None) -> str:
     try:
         n.nvmlInit()
     except Exception as e:  # NVMLError_LibraryNotFound, NVMLError_DriverNotLoaded, ...
-        return f"no NVML ({why(e)})"
+        return f"no NVML ({describe(e)})"
     n.nvmlShutdown()
     return ""
 

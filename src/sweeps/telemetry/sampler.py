@@ -24,8 +24,9 @@ from typing import Any, Callable, Sequence
 import psutil
 
 from sweeps import names
+from sweeps.errors import describe
 from sweeps.telemetry import nvml as nvml_api
-from sweeps.telemetry.nvml import GPU_FIELDS, HOST_FIELDS, MB, PERMANENT, gpu_ids, nvml_problem, why
+from sweeps.telemetry.nvml import GPU_FIELDS, HOST_FIELDS, MB, PERMANENT, gpu_ids, nvml_problem
 from sweeps.telemetry.stats import busy_pct, energy, epoch_metrics, reasons_seen, samples_csv
 
 log = logging.getLogger("sweeps")
@@ -90,7 +91,7 @@ class Telemetry:
             self._thread = threading.Thread(target=self._run, name="sweeps-telemetry", daemon=True)
             self._thread.start()
         except Exception as e:  # telemetry never fails a job
-            self.enabled, self.gpu_reason = False, f"failed to start ({why(e)})"
+            self.enabled, self.gpu_reason = False, f"failed to start ({describe(e)})"
         log.info("telemetry: %s", self.tags()["telemetry"])
         return self
 
@@ -101,7 +102,7 @@ class Telemetry:
         try:
             n.nvmlInit()
         except Exception as e:  # NVMLError_LibraryNotFound (no driver), NVMLError_DriverNotLoaded, ...
-            self.gpu_reason = f"no NVML ({why(e)})" if n else "nvidia-ml-py is not installed"
+            self.gpu_reason = f"no NVML ({describe(e)})" if n else "nvidia-ml-py is not installed"
             return
         self._nvml_open = True
         for ident in self.gpu_ids:
@@ -110,7 +111,7 @@ class Telemetry:
                 name = n.nvmlDeviceGetName(h)
             except Exception as e:
                 self.handles, self.names = [], []
-                self.gpu_reason = f"GPU {ident} not found in NVML ({why(e)})"
+                self.gpu_reason = f"GPU {ident} not found in NVML ({describe(e)})"
                 return
             self.handles.append(h)
             self.names.append(name.decode() if isinstance(name, bytes) else str(name))
@@ -124,7 +125,7 @@ class Telemetry:
             try:
                 self.sample()
             except Exception as e:  # keep sampling; say so once
-                self._note(("sample", type(e)), f"telemetry: a sample failed ({why(e)})")
+                self._note(("sample", type(e)), f"telemetry: a sample failed ({describe(e)})")
 
     def stop(self) -> None:
         """Stop the thread, take a last sample and close NVML. Idempotent; never raises."""
@@ -140,7 +141,7 @@ class Telemetry:
             if self._nvml_open:
                 self._nvml.nvmlShutdown()
         except Exception as e:
-            log.info("telemetry: stopping: %s", why(e))
+            log.info("telemetry: stopping: %s", describe(e))
 
     # sampling --------------------------------------------------------------------------------
     def sample(self, mark: str = "") -> tuple:
@@ -170,9 +171,9 @@ class Telemetry:
             if type(e).__name__ in PERMANENT:
                 self.dropped[(k, field)] = type(e).__name__
                 log.info("telemetry: gpu%d %s is not available on %s (%s): left out", k, field, self.names[k],
-                         why(e))
+                         describe(e))
             else:  # a transient failure: this sample lacks the value
-                self._note((k, field, type(e)), f"telemetry: gpu{k} {field}: {why(e)}")
+                self._note((k, field, type(e)), f"telemetry: gpu{k} {field}: {describe(e)}")
             return None
         if field == "energy_j":  # the counter runs since the driver loaded: count from our start
             v -= self._energy_base.setdefault(k, v)

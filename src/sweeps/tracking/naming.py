@@ -83,7 +83,7 @@ def sweep_title(swept: Iterable[str], preset: str | None, run_id: str) -> str:
 
 def sweep_note(command: str, swept: Iterable[str], sweep_dir: str, run_id: str, summary: str = "") -> str:
     """The parent run's description: the command line, what varies, the job naming, and — once
-    the sweep has ended — its summary table (:func:`sweeps.launch.sweep.print_summary`)."""
+    the sweep has ended — its summary table (:func:`sweeps.launch.job.summary.print_summary`)."""
     swept = list(swept)
     lines = ["Command:", "", f"    {command}", "",
              f"Varies: {', '.join(f'`{k}`' for k in swept) or 'nothing'}. Jobs are nested below, named "

@@ -140,7 +140,7 @@ class Training:
             self.train_loader.set_epoch(state["epoch"])
 
 
-def build(cfg: DictConfig, data: JobData, device: torch.device, monitor=None) -> Training:
+def build_training(cfg: DictConfig, data: JobData, device: torch.device, monitor=None) -> Training:
     """Assemble the training job ``cfg`` describes on ``device``.
 
     Under an initialised process group (a ``device=ddp`` rank) the model is wrapped in

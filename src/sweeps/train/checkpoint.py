@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from sweeps.data.loaders import shuffle_generator
-from sweeps.errors import brief
+from sweeps.errors import describe
 
 log = logging.getLogger("sweeps")
 
@@ -123,8 +123,7 @@ class Checkpoints:
                 # weights_only=False: the state holds RNG states (our own files)
                 return torch.load(path, map_location="cpu", weights_only=False)
             except Exception as e:  # truncated, corrupt, or from an incompatible version
-                log.warning("checkpoint %s is unreadable (%s: %s); trying an older one", path,
-                            type(e).__name__, brief(e))
+                log.warning("checkpoint %s is unreadable (%s); trying an older one", path, describe(e))
         return None
 
     def clear(self) -> None:

@@ -28,6 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from sweeps import names
 from sweeps.data.spec import DataSpec
+from sweeps.errors import describe
 
 log = logging.getLogger("sweeps")
 
@@ -123,7 +124,7 @@ def tracker(writer, model: nn.Module, spec: DataSpec, device: torch.device, prec
     try:
         per_example = training_flops_per_example(model, spec)
     except Exception as e:  # MFU is a bonus: never fail a job over it
-        log.warning("FLOPs not counted (%s: %s): perf/flops_per_s and perf/mfu omitted", type(e).__name__, e)
+        log.warning("FLOPs not counted (%s): perf/flops_per_s and perf/mfu omitted", describe(e))
         per_example = None
     peak, about = peak_flops(device, precision)
     if peak and devices > 1:

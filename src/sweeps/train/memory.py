@@ -9,6 +9,7 @@ import gc
 import torch
 
 from sweeps.errors import brief
+from sweeps.state import current
 
 # Text of the allocators' out-of-memory errors that are not torch.OutOfMemoryError:
 # CPU ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ..."), cuDNN/cuBLAS
@@ -23,7 +24,6 @@ _OOM_TEXT = ("out of memory", "can't allocate memory", "status_alloc_failed")
 _STICKY_TEXT = ("illegal memory access", "launch timed out", "device-side assert", "hardware stack error",
                 "illegal instruction", "misaligned address", "invalid program counter",
                 "unspecified launch failure", "uncorrectable ecc error", "uncorrectable nvlink error")
-cuda_lost = ""  # set once a sticky CUDA error happened in this process: its one line
 
 
 def is_sticky_cuda_error(exc: BaseException) -> bool:
@@ -34,9 +34,10 @@ def is_sticky_cuda_error(exc: BaseException) -> bool:
 
 def note_cuda_lost(line: str) -> None:
     """Remember that this process's CUDA context is lost (``line`` says how); later CUDA work in it
-    is refused (:func:`sweeps.launch.device.resolve_device`) and memory is no longer released."""
-    global cuda_lost
-    cuda_lost = cuda_lost or line
+    is refused (:func:`sweeps.launch.placement.device.resolve_device`) and memory is no longer
+    released. Kept in this process's state (:attr:`sweeps.state.ProcessState.cuda_lost`)."""
+    state = current()
+    state.cuda_lost = state.cuda_lost or line
 
 def is_oom(exc: BaseException) -> bool:
     """Whether ``exc`` is an out-of-memory failure of any allocator."""
@@ -62,7 +63,7 @@ def release_memory(device: torch.device | None = None) -> None:
     """
     gc.collect()
     gc.freeze()  # undone at exit (below), so interpreter shutdown still finalizes everything
-    if torch.cuda.is_available() and torch.cuda.is_initialized() and not cuda_lost:
+    if torch.cuda.is_available() and torch.cuda.is_initialized() and not current().cuda_lost:
         try:
             torch.cuda.empty_cache()
             for i in range(torch.cuda.device_count()):
@@ -74,7 +75,7 @@ def release_memory(device: torch.device | None = None) -> None:
 def reset_peak(device: torch.device) -> None:
     """Start CUDA peak-memory statistics of ``device`` afresh (no-op on a CPU or an uninitialised
     CUDA); e.g. after a compile warm-up, whose memory is not the epochs'."""
-    if device.type == "cuda" and torch.cuda.is_initialized() and not cuda_lost:
+    if device.type == "cuda" and torch.cuda.is_initialized() and not current().cuda_lost:
         torch.cuda.reset_peak_memory_stats(device)
 
 

@@ -10,7 +10,11 @@ checks that turn a machine that cannot run a job into one line instead of a deep
   or ``clang``), and the Python headers (``Python.h``): :func:`preflight` stops the sweep with a
   :class:`~sweeps.errors.UsageError` before any job runs;
 - a process whose CUDA context a sticky error has lost runs no more CUDA jobs
-  (:mod:`sweeps.launch.outcome`).
+  (:mod:`sweeps.launch.process.outcome`).
+
+Also ``device=ddp``'s backend and rank 0's device (:func:`ddp_backend`, :func:`resolve_ddp`): the
+GPU pool and the data-parallel launcher (:mod:`sweeps.launch.placement.ddp`) both read them here,
+so neither imports the other back.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import torch
 from omegaconf import DictConfig
 
 from sweeps.errors import DeviceUnavailable, UsageError
-from sweeps.train import memory
+from sweeps.state import current
 
 # Minimum Linux driver per CUDA major version of the torch wheel (NVIDIA, CUDA Toolkit Release
 # Notes, table "CUDA Toolkit and Minimum Required Driver Version for CUDA Minor Version
@@ -38,7 +42,7 @@ MIN_DRIVER = {13: (580,), 12: (525, 60, 13), 11: (450, 80, 2)}
 CXX_DEFAULT = "clang++" if sys.platform == "darwin" else "g++"
 CC_DEFAULTS = ("gcc", "clang")
 
-_contexts: set[int] = set()  # CUDA indices (this process's numbering) where resolve_device made a context
+# CUDA indices where resolve_device made a context: this process's state (ProcessState.cuda_contexts)
 
 
 def driver_problem(nvml=None, cuda: str | None = None) -> str:
@@ -124,9 +128,9 @@ def uses_cuda(cfg: DictConfig) -> bool:
 def contexts() -> set[int]:
     """CUDA devices (indices, this process's numbering) on which :func:`resolve_device` made this
     process's CUDA context (``torch.cuda.set_device``, which creates it): it lives as long as the
-    process. Initialising CUDA alone (device count, properties: :func:`sweeps.launch.gpu_pool.gpu_keys`)
+    process. Initialising CUDA alone (device count, properties: :func:`sweeps.launch.placement.gpu_pool.gpu_keys`)
     makes none."""
-    return set(_contexts)
+    return set(current().cuda_contexts)
 
 
 def resolve_device(cfg: DictConfig) -> torch.device:
@@ -145,13 +149,11 @@ def resolve_device(cfg: DictConfig) -> torch.device:
         raise DeviceUnavailable(problem)
     if cfg.name == "auto" and not torch.cuda.is_available():
         return torch.device("cpu")
-    if cfg.name == "ddp":  # rank 0's device; the checks live with the launcher (ranks: fresh processes)
-        from sweeps.launch import ddp
-
-        return ddp.resolve(cfg)
-    if memory.cuda_lost:
+    if cfg.name == "ddp":  # rank 0's device (the ranks are fresh processes)
+        return resolve_ddp(cfg)
+    if lost := current().cuda_lost:
         raise DeviceUnavailable(f"an earlier job's sticky CUDA error lost this process's CUDA context "
-                                f"({memory.cuda_lost[:200]}); rerun the sweep to run this job in a fresh process")
+                                f"({lost[:200]}); rerun the sweep to run this job in a fresh process")
     if not torch.cuda.is_available():
         raise DeviceUnavailable("device=cuda but no CUDA device is visible here "
                                 "(torch.cuda.is_available() is False); use device=cpu or device=auto")
@@ -159,15 +161,39 @@ def resolve_device(cfg: DictConfig) -> torch.device:
         raise DeviceUnavailable(f"device.index={cfg.index} but this machine has "
                                 f"{torch.cuda.device_count()} CUDA device(s): use 0..{torch.cuda.device_count() - 1}")
     torch.cuda.set_device(cfg.index)  # CUDA >= 12: makes the primary context on that GPU at once
-    _contexts.add(int(cfg.index))
+    current().cuda_contexts.add(int(cfg.index))
     return torch.device("cuda", cfg.index)
+
+
+def ddp_backend(cfg: DictConfig) -> str:
+    """``device.backend`` of ``device=ddp``: ``auto`` → ``nccl`` where CUDA is present, else ``gloo``."""
+    if cfg.backend == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    return cfg.backend
+
+
+def resolve_ddp(cfg: DictConfig) -> torch.device:
+    """The device rank 0 of ``device=ddp`` uses (``cuda:0`` for NCCL, else ``cpu``), after checking
+    the machine.
+
+    Raises:
+        DeviceUnavailable: NCCL without CUDA, or more processes (``device.gpus``) than GPUs.
+    """
+    if ddp_backend(cfg) != "nccl":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise DeviceUnavailable("device=ddp with device.backend=nccl needs CUDA and none is visible here; "
+                                "use device.backend=gloo to run the processes on the CPU")
+    if cfg.gpus > torch.cuda.device_count():
+        raise DeviceUnavailable(f"device=ddp: device.gpus={cfg.gpus} processes but this machine has "
+                                f"{torch.cuda.device_count()} CUDA device(s); use device.gpus<={torch.cuda.device_count()}")
+    return torch.device("cuda", 0)
 
 
 def job_devices(cfg: DictConfig, device: torch.device) -> list:
     """Every device the job uses, for its telemetry: ``[device]``, or for ``device=ddp`` on GPUs the
-    ranks' GPUs — the pool's UUIDs it holds, else ``cuda:0``…``cuda:<gpus-1>``."""
+    ranks' GPUs — the pool's UUIDs it holds (:attr:`sweeps.state.ProcessState.pool_held`), else
+    ``cuda:0``…``cuda:<gpus-1>``."""
     if cfg.name != "ddp" or device.type != "cuda":
         return [device]
-    from sweeps.launch import gpu_pool
-
-    return gpu_pool.held() or [torch.device("cuda", r) for r in range(cfg.gpus)]
+    return list(current().pool_held) or [torch.device("cuda", r) for r in range(cfg.gpus)]

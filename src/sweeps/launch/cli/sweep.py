@@ -6,9 +6,7 @@ Hydra loads this callback before the sweep is checked, and a bad value answers w
 from __future__ import annotations
 
 import logging
-import os
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,12 +15,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from sweeps import names
-from sweeps.errors import UsageError, brief
-from sweeps.launch import outcome, signals
-from sweeps.launch.sweep_check import check_sweep
+from sweeps.errors import UsageError, describe
+from sweeps.launch.cli.sweep_check import check_sweep
+from sweeps.launch.job.summary import print_summary
+from sweeps.launch.process import outcome, parent_run, signals
+from sweeps.state import current
 from sweeps.tracking import store
-from sweeps.tracking.console import summary_table
-from sweeps.tracking.reliability import unreliable
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -37,39 +35,6 @@ def swept_keys(config: DictConfig) -> list[str]:
     keys = [o.key_or_group for o in overrides if o.is_sweep_override()]
     params = [k.lstrip("+~") for k in (config.hydra.sweeper.get("params") or {})]
     return keys + [k for k in params if k not in keys]
-
-
-def summary_row(run: Any) -> dict:
-    """One summary row (see :func:`sweeps.tracking.console.summary_table`) from a job's MLflow run."""
-    m, tags = run.data.metrics, run.data.tags
-    row = {"job": tags.get(names.OVERRIDES_TAG, run.info.run_name), "outcome": tags.get(names.OUTCOME_TAG, "?"),
-           "error": tags.get(names.ERROR_TAG, ""), "first_s": m.get(names.FIRST_EPOCH_S),
-           "median_s": m.get(names.MEDIAN_EPOCH_S), "total_s": m.get(names.TOTAL_S),
-           "overhead_s": m.get(names.OVERHEAD_S), "overhead_frac": m.get(names.OVERHEAD_FRAC),
-           "note": unreliable(m.get(names.EPOCH_P10_S), m.get(names.EPOCH_P90_S), m.get(names.OTHER_CPU_MEAN_PCT))}
-    if names.FINAL_ACC in m:
-        row["final"] = f"acc {m[names.FINAL_ACC]:.4f}"
-    elif names.FINAL_RMSE in m:
-        row["final"] = f"rmse {m[names.FINAL_RMSE]:.2f}"
-    elif names.INFER_MEDIAN_MS in m:
-        row["final"] = f"{m[names.INFER_MEDIAN_MS]:.2f} ms/batch"
-    elif names.MAX_BATCH in m:  # task=max_batch
-        row["final"] = f"fits up to {m[names.MAX_BATCH]:.0f}"
-    return row
-
-
-def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = None) -> str:
-    """Print the summary of ``runs``; log it to the parent run when there is one."""
-    from mlflow.entities import RunTag
-
-    table = summary_table([summary_row(r) for r in runs])
-    counts = Counter(r.data.tags.get(names.OUTCOME_TAG, "?") for r in runs)
-    text = f"{table}\n{len(runs)} job(s): " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-    print(f"\n{text}", flush=True)
-    if parent_run_id:
-        client.log_text(parent_run_id, text + "\n", "summary.txt")
-        client.log_batch(parent_run_id, tags=[RunTag(f"{names.OUTCOMES_TAG_PREFIX}{k}", str(n)) for k, n in counts.items()])
-    return text
 
 
 def describe_sweep(client: MlflowClient, parent_run_id: str, children: list, summary: str, swept: list[str]) -> None:
@@ -89,8 +54,7 @@ def describe_sweep(client: MlflowClient, parent_run_id: str, children: list, sum
                                  parent_run_id, summary)
         client.set_tag(parent_run_id, MLFLOW_RUN_NOTE, note)
     except Exception as e:  # noqa: BLE001 (a description is never worth failing the sweep)
-        log.warning("MLflow: the sweep run %s got no params or description (%s: %s)", parent_run_id,
-                    type(e).__name__, brief(e))
+        log.warning("MLflow: the sweep run %s got no params or description (%s)", parent_run_id, describe(e))
 
 
 def _preset(config: DictConfig) -> str | None:
@@ -112,42 +76,28 @@ def stop(error: UsageError) -> None:
     """
     message = str(error)
     print(f"sweeps: error: {message}", file=sys.stderr, flush=True)
-    parent, uri = _close_sweep_env()
-    if parent and uri:
+    sweep_run, uri = parent_run.close()
+    if sweep_run and uri:
         from mlflow import MlflowClient
 
         client = MlflowClient(uri)
-        client.set_tag(parent, names.STOPPED_TAG, message[:5000])
-        client.set_terminated(parent, "FAILED")
-        if not store.child_runs(client, client.get_run(parent).info.experiment_id, parent):
-            client.delete_run(parent)  # nothing was measured: leave no empty sweep in the UI
+        client.set_tag(sweep_run, names.STOPPED_TAG, message[:5000])
+        client.set_terminated(sweep_run, "FAILED")
+        if not store.child_runs(client, client.get_run(sweep_run).info.experiment_id, sweep_run):
+            client.delete_run(sweep_run)  # nothing was measured: leave no empty sweep in the UI
     raise SystemExit(2)
 
 
 def interrupted(signal_name: str) -> None:
     """Close the sweep's parent run KILLED after SIGINT/SIGTERM (the job's run is closed by the job)."""
-    parent, uri = _close_sweep_env()
-    if parent and uri:
+    sweep_run, uri = parent_run.close()
+    if sweep_run and uri:
         from mlflow import MlflowClient
 
         client = MlflowClient(uri)
-        client.set_tag(parent, names.OUTCOME_TAG, names.KILLED)
-        client.set_tag(parent, names.STOPPED_TAG, f"interrupted by {signal_name}")
-        client.set_terminated(parent, "KILLED")
-
-
-def _close_sweep_env() -> tuple[str | None, str | None]:
-    """Forget the sweep in this process (a later sweep in it starts clean); its parent run id and
-    store, also kept in :data:`LAST_SWEEP` (what :func:`sweeps.run` reads back)."""
-    os.environ.pop(store.SWEPT_KEYS_ENV, None)
-    parent, uri = os.environ.pop(store.PARENT_RUN_ENV, None), os.environ.pop(store.SWEEP_URI_ENV, None)
-    if parent:
-        LAST_SWEEP.update(run_id=parent, tracking_uri=uri or "")
-    return parent, uri
-
-
-LAST_SWEEP: dict[str, str] = {}  # the last sweep this process closed: run_id, tracking_uri (sweeps.run)
-PLANNED: dict[str, int] = {}  # "jobs": how many jobs the running sweep will launch (0: not known in advance)
+        client.set_tag(sweep_run, names.OUTCOME_TAG, names.KILLED)
+        client.set_tag(sweep_run, names.STOPPED_TAG, f"interrupted by {signal_name}")
+        client.set_terminated(sweep_run, "KILLED")
 
 
 class SweepCallback(Callback):
@@ -155,7 +105,7 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            PLANNED["jobs"] = check_sweep(config)  # every job's values, before the parent run opens and any job starts
+            current().planned_jobs = check_sweep(config)  # every job's values, before the parent run opens and any job starts
             client, experiment_id = store.prepare(config)
         except UsageError as e:
             stop(e)
@@ -163,8 +113,8 @@ class SweepCallback(Callback):
             try:
                 self._open_parent(config, client, experiment_id)
             except Exception as e:  # Hydra would shrink it to a warning and run the jobs without a parent
-                stop(UsageError(f"cannot open the sweep's parent run in {client.tracking_uri} ({type(e).__name__}: "
-                                f"{brief(e)}): check the store, or set mlflow.tracking_uri=..."))
+                stop(UsageError(f"cannot open the sweep's parent run in {client.tracking_uri} ({describe(e)}): "
+                                "check the store, or set mlflow.tracking_uri=..."))
         if pending:
             raise signals.as_exception(pending[0])
 
@@ -180,13 +130,13 @@ class SweepCallback(Callback):
         tags = {**environment_tags(), **resume.owner_tags(), names.KIND_TAG: "sweep", names.SWEEP_DIR_TAG: str(config.hydra.sweep.dir),
                 names.COMMAND_TAG: command}
         run = client.create_run(experiment_id, run_name=f"sweep {name}", tags=tags)
-        os.environ[store.PARENT_RUN_ENV] = run.info.run_id  # now: a failure below closes (deletes) this run
-        os.environ[store.SWEEP_URI_ENV] = client.tracking_uri
+        # now: a failure below closes (deletes) this run
+        parent_run.note(parent_run_id=run.info.run_id, tracking_uri=client.tracking_uri)
         swept = swept_keys(config)
         run_id = run.info.run_id  # the name and description carry its short id: known only now
         client.update_run(run_id, name=naming.sweep_title(swept, _preset(config), run_id))
         client.set_tag(run_id, MLFLOW_RUN_NOTE, naming.sweep_note(command, swept, str(config.hydra.sweep.dir), run_id))
-        os.environ[store.SWEPT_KEYS_ENV] = ",".join(swept)
+        parent_run.note(swept_keys=",".join(swept))
         log.info("MLflow: sweep run %s in experiment '%s' (id %s) at %s; run table: #/experiments/%s/runs",
                  run.info.run_id, config.mlflow.experiment, experiment_id, client.tracking_uri, experiment_id)
 
@@ -197,21 +147,20 @@ class SweepCallback(Callback):
             raise signals.as_exception(pending[0])
 
     def _end(self, config: DictConfig) -> None:
-        parent, uri = _close_sweep_env()
-        if not parent or not uri:
+        sweep_run, uri = parent_run.close()
+        if not sweep_run or not uri:
             return
         from mlflow import MlflowClient
 
         client = MlflowClient(uri)
         try:
-            self._close_parent(config, client, parent)
+            self._close_parent(config, client, sweep_run)
         except Exception as e:  # the jobs' runs are closed already: say so in one line, keep the exit status honest
-            log.error("the sweep's summary could not be written to its parent run %s (%s: %s); the jobs' runs are "
-                      "complete: python -m sweeps.report --run-id %s reads them", parent, type(e).__name__,
-                      brief(e), parent)
+            log.error("the sweep's summary could not be written to its parent run %s (%s); the jobs' runs are "
+                      "complete: python -m sweeps.report --run-id %s reads them", sweep_run, describe(e), sweep_run)
             outcome.note_sweep_errors(1)
             try:
-                client.set_terminated(parent, "FAILED")
+                client.set_terminated(sweep_run, "FAILED")
             except Exception:
                 pass  # the store is gone: the next sweep marks the run stale
 

@@ -14,9 +14,11 @@ import hydra
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from sweeps import config, names
+from sweeps import config, names, state
 from sweeps.errors import UsageError
-from sweeps.launch import outcome, signals, sweep
+from sweeps.launch.cli import sweep
+from sweeps.launch.cli.sweep_check import one_line
+from sweeps.launch.process import outcome, signals
 
 config.register()
 
@@ -25,16 +27,17 @@ config.register()
 def main(cfg: DictConfig) -> str:
     """Hydra's task function: one job. Bad input stops the whole sweep with one line — except in a
     Slurm job, where it ends that job alone: the sweep's process records it ``error`` and keeps its
-    parent run (:mod:`sweeps.launch.slurm_launcher`)."""
+    parent run (:mod:`sweeps.launch.slurm.launcher`): the launcher says (:mod:`sweeps.launch.launchers`)."""
     try:
         config.validate(config.complete(cfg))  # before torch is imported: a bad value answers at once
-        from sweeps.launch import job
+        from sweeps.launch.job import lifecycle
 
-        return job.run(cfg)
+        return lifecycle.run(cfg)
     except UsageError as e:
-        from sweeps.launch import slurm
+        from sweeps.launch import launchers
 
-        if slurm.in_job():  # sweep.stop here would close the sweep's parent run from a job's process
+        # a Slurm job's process: sweep.stop here would close the sweep's parent run from a job's process
+        if launchers.current().ends_job_alone():
             print(f"sweeps: error: {e}", file=sys.stderr, flush=True)
             raise
         sweep.stop(e)
@@ -43,11 +46,11 @@ def main(cfg: DictConfig) -> str:
 def interrupted_message(signal_name: str) -> str:
     """What stderr says after a signal: the same as the MLflow runs say, and whether a rerun has
     anything left to do."""
-    last = outcome.LAST_JOB
+    last = state.current().last_job
     if last.get("outcome") == names.KILLED:
         return f"sweeps: interrupted by {signal_name}: job {last['name']!r} is KILLED; rerun to resume it"
     if last:
-        planned = sweep.PLANNED.get("jobs")  # None: a single run; 0: a sweep whose size is not known
+        planned = state.current().planned_jobs  # None: a single run; 0: a sweep whose size is not known
         if planned is not None and (planned == 0 or outcome.jobs_ended() < planned):
             return (f"sweeps: interrupted by {signal_name} after job {last['name']!r} ended {last['outcome']}; "
                     "the sweep is KILLED; rerun it to run the remaining jobs")
@@ -58,7 +61,7 @@ def interrupted_message(signal_name: str) -> str:
 
 def _interrupted(name: str) -> None:
     """Close the sweep's parent run KILLED, say so in one line, exit 130 (SIGINT) or 143 (SIGTERM).
-    Signals arriving meanwhile are only noted (:mod:`sweeps.launch.signals`)."""
+    Signals arriving meanwhile are only noted (:mod:`sweeps.launch.process.signals`)."""
     with signals.held():
         sweep.interrupted(name)
         print(interrupted_message(name), file=sys.stderr)
@@ -67,36 +70,13 @@ def _interrupted(name: str) -> None:
     sys.exit(143 if name == "SIGTERM" else 130)
 
 
-def one_line(exc: BaseException) -> str:
-    """Hydra's multi-line message for a composition error as one line: its sentences joined, the
-    options it lists comma-separated, without the config search path and OmegaConf's
-    ``full_key``/``object_type`` lines (the key is already named). The cause is appended when
-    the message does not hold it (a type conversion)."""
-    parts: list[str] = []
-    text = str(exc)
-    if exc.__cause__ is not None and (str(exc.__cause__).splitlines() or [""])[0] not in text:
-        text += "\n" + str(exc.__cause__)
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("Config search path"):
-            break
-        if not line or line.startswith(("full_key:", "object_type=", "reference_type=")):
-            continue
-        if raw.startswith("\t") and parts and parts[-1].endswith(":"):
-            parts[-1] += " " + line  # the first option under "Available options in 'model':"
-        elif raw.startswith("\t") and parts:
-            parts[-1] += ", " + line
-        else:
-            parts.append(line.rstrip("."))
-    return "; ".join(parts)
-
-
 def cli() -> None:
     """Entry point: exit 1 when any job ended in ``error`` (after every job has run); exit 2 with
     one line for bad input (a composition error included); on SIGINT or SIGTERM close the runs as
-    KILLED, flush the logs and exit 130 or 143."""
+    KILLED, flush the logs and exit 130 or 143. Each call starts from a fresh process state
+    (:func:`sweeps.state.begin_command`): no counts, last job or signals of an earlier command."""
+    state.begin_command()
     signals.install()
-    sweep.PLANNED.clear()
     full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))  # the user asked for Hydra's traceback
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its message and exiting 1
     try:
@@ -106,7 +86,7 @@ def cli() -> None:
             raise
         sweep.stop(UsageError(one_line(e)))  # one line, exit 2; a multirun's parent run (no job yet) removed
     except SystemExit as e:  # Hydra's own argument errors exit 1 (or 2 from argparse)
-        if e.code == 1 and not outcome.LAST_JOB:  # before any job ran: bad input, the documented 2
+        if e.code == 1 and not state.current().last_job:  # before any job ran: bad input, the documented 2
             sys.exit(2)
         raise
     except KeyboardInterrupt as e:  # Terminated too

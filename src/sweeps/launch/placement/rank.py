@@ -1,8 +1,8 @@
 """One rank of a data-parallel job (``device=ddp``): the process torch's launcher starts N times.
 
 Each rank joins the process group, builds the job's data and runs the same
-:meth:`sweeps.tasks.train.TrainTask.run` as a one-device job, with a :class:`RankJob` in the place
-of the job process's :class:`~sweeps.launch.job.JobRun`:
+:meth:`sweeps.tasks.train.TrainTask.run` as a one-device job, with a :class:`RankRun` in the place
+of the job process's :class:`~sweeps.launch.job.lifecycle.JobRun`:
 
 - rank 0 logs each epoch as it ends into the job's MLflow run (opened, and later closed, by the
   job process), appends it to the run's journal, prints the console rows and saves checkpoints;
@@ -10,7 +10,7 @@ of the job process's :class:`~sweeps.launch.job.JobRun`:
 
 How a rank ends. OK: rank 0 flushes its writer, the rank leaves the group and returns. A failure
 (any exception): the rank writes ``{rank, kind, type, text, time}`` as JSON to
-``<work dir>/rank<r>.json`` (``kind``: the outcome :func:`sweeps.launch.outcome.classify`
+``<work dir>/rank<r>.json`` (``kind``: the outcome :func:`sweeps.launch.process.outcome.classify`
 gives — ``oom``, ``diverged``, ``error``…; ``text``: one line; ``time``: Unix s), flushes, and
 exits 1 at once (``os._exit``: no teardown of a process group a dead peer may hang); the agent
 sees the exit within its ``monitor_interval`` and sends the other ranks SIGTERM. SIGTERM and
@@ -33,8 +33,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from sweeps.launch import signals
-from sweeps.launch.outcome import classify, explain
+from sweeps.errors import describe
+from sweeps.launch.process import signals
+from sweeps.launch.process.outcome import classify, explain
 from sweeps.tasks.base import create
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking.epochs import EpochLog
@@ -77,9 +78,9 @@ class _Silent:
         return False
 
 
-class RankJob:
+class RankRun:
     """The job as one rank sees it: what :meth:`Task.run` uses of a
-    :class:`~sweeps.launch.job.JobRun` — :attr:`writer`, :attr:`epochs`, :attr:`checkpoints`,
+    :class:`~sweeps.launch.job.lifecycle.JobRun` — :attr:`writer`, :attr:`epochs`, :attr:`checkpoints`,
     :attr:`resume_state`, :attr:`telemetry`, :attr:`log`. Rank 0's write to the job's run
     (without changing its status), journal and checkpoint folder; telemetry samples rank 0's
     process and every rank's GPU (:func:`job_gpus`; its per-epoch metrics join the records)."""
@@ -116,7 +117,7 @@ class RankJob:
             try:
                 step and step()
             except Exception as e:  # one failed step never keeps the others from running
-                log.warning("rank 0: closing: %s: %s", type(e).__name__, e)
+                log.warning("rank 0: closing: %s", describe(e))
 
 
 def job_gpus(device) -> list:
@@ -145,7 +146,7 @@ def main(spec: RankSpec) -> None:
         device = distributed.init(spec.backend, cfg.device.timeout_s)
         task = create(cfg)
         task.prepare()  # seeded: every rank builds the same data
-        watchdog.job = RankJob(spec, cfg, task.regression, rank, device)
+        watchdog.job = RankRun(spec, cfg, task.regression, rank, device)
         task.run(watchdog.job, device)
     except BaseException as e:  # Terminated and KeyboardInterrupt too: flush, then exit
         code = _failed(spec.work_dir, rank, e)
@@ -185,7 +186,7 @@ class _Watchdog:
     30 s later, and rank 0's queued metrics would be lost."""
 
     def __init__(self):
-        self.job: RankJob | None = None
+        self.job: RankRun | None = None
         self._done = threading.Event()
         read, write = os.pipe()
         os.set_blocking(write, False)

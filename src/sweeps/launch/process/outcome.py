@@ -3,26 +3,23 @@
 A sticky CUDA error (illegal address, ECC, launch failure: :func:`is_sticky_cuda_error`) ends its
 job ``error`` with a line that says so, and marks this process's CUDA context as lost: every
 later CUDA job in the process then ends ``unavailable`` at once with a line naming the cause
-(:func:`sweeps.launch.device.resolve_device`) instead of failing with errors of its own; CPU jobs
+(:func:`sweeps.launch.placement.device.resolve_device`) instead of failing with errors of its own; CPU jobs
 still run. A rerun of the sweep (a fresh process) runs those jobs; resume skips the done ones.
 A data-parallel rank's error (:class:`~sweeps.errors.RankFailed`) is classified by its text too,
 but a sticky CUDA error there lost the rank's context, in its own process: this one's is fine.
 """
 from __future__ import annotations
 
-from collections import Counter
-
 from hydra.errors import InstantiationException
 
 from sweeps.errors import DataUnavailable, DeviceUnavailable, Diverged, RankFailed
 from sweeps.names import DIVERGED, ERROR, KILLED, OK, OOM, SKIPPED, UNAVAILABLE  # noqa: F401 (re-exported)
+from sweeps.state import current
 
 STICKY_NOTE = ("sticky CUDA error: this process's CUDA context is lost, its later CUDA jobs end unavailable; "
                "rerun the sweep to run them in a fresh process")
 
-
-_counts: Counter = Counter()  # outcomes of the jobs run by this process (exit status, skips)
-LAST_JOB: dict[str, str] = {}  # the last job this process closed: name, outcome, run_id, tracking_uri (the CLI's last words)
+# The counts and the last job closed live in this process's state (sweeps.state: outcomes, last_job).
 
 
 def explain(exc: BaseException) -> tuple[BaseException, str]:
@@ -36,8 +33,7 @@ def explain(exc: BaseException) -> tuple[BaseException, str]:
 
 def classify(exc: BaseException) -> tuple[str, str]:
     """``(outcome, one-line message)`` for an exception that ended a job."""
-    from sweeps.train import memory  # torch: a job that failed has it loaded already
-    from sweeps.train.memory import is_oom, is_sticky_cuda_error
+    from sweeps.train.memory import is_oom, is_sticky_cuda_error, note_cuda_lost  # torch: loaded by a failed job
 
     exc, line = explain(exc)
     if "Original Traceback" in str(exc):  # from a DataLoader worker: the line is the cause itself
@@ -52,39 +48,33 @@ def classify(exc: BaseException) -> tuple[str, str]:
     if is_oom(exc):
         return OOM, message
     if is_sticky_cuda_error(exc) and not isinstance(exc, RankFailed):  # a rank's: its own process's context
-        memory.note_cuda_lost(message)
+        note_cuda_lost(message)
         return ERROR, f"{message} ({STICKY_NOTE})"
     return ERROR, message
 
 
 def note(outcome: str) -> None:
     """Count a job's outcome (exit status, the sweep's count of skipped jobs)."""
-    _counts[outcome] += 1
+    current().outcomes[outcome] += 1
 
 
 def count(outcome: str) -> int:
     """How many jobs of this process ended with ``outcome``."""
-    return _counts[outcome]
+    return current().outcomes[outcome]
 
 
 def jobs_ended() -> int:
     """How many jobs this process ended (any outcome, skips included)."""
-    return sum(n for k, n in _counts.items() if not k.startswith("sweep_"))
+    return sum(n for k, n in current().outcomes.items() if not k.startswith("sweep_"))
 
 
 def note_sweep_errors(n: int) -> None:
     """The sweep's count of ``error`` jobs, read from its MLflow child runs (the jobs may have run
     in other processes: joblib, submitit)."""
-    _counts["sweep_" + ERROR] = n
-
-
-def reset() -> None:
-    """Forget the counts and the last job: a new command in the same process (:func:`sweeps.run`)
-    starts from none."""
-    _counts.clear()
-    LAST_JOB.clear()
+    current().outcomes["sweep_" + ERROR] = n
 
 
 def exit_status() -> int:
     """1 when any job of this process, or of the sweep it ran, ended in ``error``, else 0."""
-    return 1 if _counts[ERROR] or _counts["sweep_" + ERROR] else 0
+    counts = current().outcomes
+    return 1 if counts[ERROR] or counts["sweep_" + ERROR] else 0

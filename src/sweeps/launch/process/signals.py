@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from sweeps.errors import Terminated
+from sweeps.state import current
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_received: list[int] = []  # the signals this process got since install(), in order
+# the signals this process got since install(), in order: this process's state (ProcessState.signals)
 
 
 def raise_terminated(signum, frame) -> None:
@@ -27,12 +28,12 @@ def raise_terminated(signum, frame) -> None:
 
 
 def _note(signum, frame) -> None:
-    _received.append(signum)
+    current().signals.append(signum)
 
 
 def _first(signum, frame) -> None:
     """The first signal: from now on only noted, then raised here (where the job is)."""
-    _received.append(signum)
+    current().signals.append(signum)
     for s in SIGNALS:
         signal.signal(s, _note)
     raise as_exception(signum)
@@ -43,7 +44,7 @@ def install() -> None:
     :class:`Terminated` (even where the process inherited SIGINT ignored, as a background job of a
     non-interactive shell does, so ``kill -INT`` still ends the sweep cleanly); later ones are
     noted only."""
-    _received.clear()
+    current().signals.clear()
     for s in SIGNALS:
         signal.signal(s, _first)
 
@@ -65,7 +66,7 @@ def name(signum: int) -> str:
 
 def received() -> list[int]:
     """The signals noted since :func:`install` (empty: none), first first."""
-    return _received
+    return current().signals
 
 
 def stop_if_received() -> None:
@@ -74,8 +75,8 @@ def stop_if_received() -> None:
 
     Raises:
         KeyboardInterrupt: SIGINT (or :class:`Terminated`: SIGTERM) was received."""
-    if _received:
-        raise as_exception(_received[0])
+    if received():
+        raise as_exception(received()[0])
 
 
 def as_exception(signum: int) -> KeyboardInterrupt:
@@ -97,7 +98,7 @@ def held() -> Iterator[list[int]]:
 
     def note(signum, frame) -> None:
         pending.append(signum)
-        _received.append(signum)
+        current().signals.append(signum)
 
     for s in SIGNALS:
         signal.signal(s, note)
@@ -105,6 +106,6 @@ def held() -> Iterator[list[int]]:
         yield pending
     finally:
         for s, handler in saved.items():
-            if _received and saved[s] is _first:  # interrupted: no later signal is raised
+            if received() and saved[s] is _first:  # interrupted: no later signal is raised
                 handler = _note
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)

@@ -1,6 +1,6 @@
 """The end of a job, on every path: stop the sampler, log what was measured, close the run.
 
-Called once per job by :class:`sweeps.launch.job.JobRun` with signals held back. Each step is
+Called once per job by :class:`sweeps.launch.job.lifecycle.JobRun` with signals held back. Each step is
 independent: one that fails (a full disk, a store that went away) is reported in one line and
 the others still run, so the outcome tag and the run status are always written last.
 """
@@ -12,11 +12,11 @@ import time
 from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
 from sweeps import names
-from sweeps.launch import outcome as oc
-from sweeps.launch.sweep import summary_row
+from sweeps.launch.job.summary import summary_row
+from sweeps.launch.process import outcome as oc
 from sweeps.tracking import naming, resume
 from sweeps.tracking.console import summary_table
-from sweeps.errors import brief
+from sweeps.errors import describe
 from sweeps.train.memory import release_memory
 
 log = logging.getLogger("sweeps")
@@ -46,8 +46,8 @@ def overhead(job, records: list[dict]) -> dict[str, float]:
 
 
 def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> None:
-    """Close ``job`` (a :class:`~sweeps.launch.job.JobRun`) with ``outcome`` and the one-line
-    ``error``: job-level metrics (:meth:`Task.summarise` of its records, telemetry), artifacts
+    """Close ``job`` (a :class:`~sweeps.launch.job.lifecycle.JobRun`) with ``outcome`` and the one-line
+    ``error``: job-level metrics (:meth:`Task.summarize` of its records, telemetry), artifacts
     (``epochs.csv``, ``telemetry.csv``/``.png``), checkpoints cleared once done, then the
     ``outcome``/``error`` tags and the run status. Never raises."""
     job.outcome, job.error = outcome, error
@@ -55,7 +55,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     tel = job.telemetry
 
     def summary() -> None:
-        metrics = job.task.summarise(records)
+        metrics = job.task.summarize(records)
         if oom_peak_mb is not None:  # an OOM's peak is higher than any finished epoch's
             metrics[names.PEAK_MB] = max(oom_peak_mb, metrics.get(names.PEAK_MB, 0.0))
         job.writer.log_metrics({**metrics, **overhead(job, records)})
@@ -86,8 +86,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         try:
             step()
         except Exception as e:  # one failed step never stops the run from being closed
-            log.warning("job %s: %s while finishing (%s: %s)", job.name, getattr(step, "__name__", "step"),
-                        type(e).__name__, brief(e))
+            log.warning("job %s: %s while finishing (%s)", job.name, getattr(step, "__name__", "step"), describe(e))
     release_memory(job.device)
     oc.note(outcome)
     try:
@@ -97,13 +96,12 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         job.writer.set_tags({names.OUTCOME_TAG: outcome, **({names.ERROR_TAG: error} if error else {})})
         job.writer.end(STATUS.get(outcome, "FAILED"))
     except Exception as e:
-        log.error("job %s: its MLflow run %s could not be closed (%s: %s)", job.name, job.writer.run_id,
-                  type(e).__name__, brief(e))
+        log.error("job %s: its MLflow run %s could not be closed (%s)", job.name, job.writer.run_id, describe(e))
         return
     try:  # the description last and apart: a store refusing it costs the description, not the outcome
         job.writer.set_tags(_note(job, outcome, error))
     except Exception as e:
-        log.warning("job %s: no description for run %s (%s)", job.name, job.writer.run_id, type(e).__name__)
+        log.warning("job %s: no description for run %s (%s)", job.name, job.writer.run_id, describe(e))
 
 
 def _note(job, outcome: str, error: str) -> dict[str, str]:
@@ -112,7 +110,7 @@ def _note(job, outcome: str, error: str) -> dict[str, str]:
     try:
         run = job.client.get_run(job.writer.run_id)
     except Exception as e:  # the description is a courtesy: the outcome tag and status still get written
-        log.warning("job %s: no description (%s)", job.name, type(e).__name__)
+        log.warning("job %s: no description (%s)", job.name, describe(e))
         return {}
     row = {**summary_row(run), "outcome": outcome, "error": error}
     return {MLFLOW_RUN_NOTE: naming.job_note(outcome, error, summary_table([row]))}

@@ -2,8 +2,9 @@
 
 ``hydra/launcher=gpu_pool`` (conf/hydra/launcher/gpu_pool.yaml: Hydra's joblib launcher with
 process workers; plain ``hydra/launcher=joblib`` too) runs ``hydra.launcher.n_jobs`` jobs at once
-(``SWEEPS_GPU_POOL=N`` in the environment does the same for other launchers). A job then holds
-its slots while it runs:
+(``SWEEPS_GPU_POOL=N`` in the environment does the same for other launchers); how many is the
+launcher's to say (:meth:`sweeps.launch.launchers.Launcher.pool_slots`), and the job passes it to
+:func:`claim`. A job then holds its slots while it runs:
 
 - on a machine with GPUs the slots are the visible GPUs, each locked under its NVML UUID (not
   its CUDA index, which ``CUDA_VISIBLE_DEVICES`` renumbers per process; MIG instances are slots
@@ -36,15 +37,14 @@ import torch
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig
 
-from sweeps.launch import device as device_mod
+from sweeps.launch.placement.device import ddp_backend
+from sweeps.state import current
 from sweeps.telemetry.nvml import device_uuid
 
-POOL_ENV = "SWEEPS_GPU_POOL"  # concurrent jobs of the launcher (slots where there is no GPU)
 POLL_S = 0.2  # how often a waiting job tries the locks again (s)
 
 log = logging.getLogger("sweeps")
-_held: list[str] = []  # the running job's GPUs (UUIDs)
-_waited = [0.0]  # s the latest claim waited
+# the running job's GPUs (UUIDs) and the latest claim's wait (s): ProcessState.pool_held, .pool_waited_s
 
 
 def lock_dir() -> Path:
@@ -53,20 +53,6 @@ def lock_dir() -> Path:
     path = Path(tempfile.gettempdir()) / f"sweeps-gpu-pool-{uid}"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def requested_slots() -> int | None:
-    """Concurrent jobs: ``$SWEEPS_GPU_POOL``, else ``hydra.launcher.n_jobs`` under the joblib
-    launcher (-1: one per core), else None (jobs run one at a time: no pool)."""
-    if os.environ.get(POOL_ENV, "").lstrip("-").isdigit():
-        n = int(os.environ[POOL_ENV])
-    else:
-        from hydra.core.hydra_config import HydraConfig
-
-        if not HydraConfig.initialized() or "joblib" not in str(HydraConfig.get().launcher.get("_target_", "")):
-            return None
-        n = int(HydraConfig.get().launcher.n_jobs)
-    return n if n >= 1 else (os.cpu_count() or 1)
 
 
 def gpu_keys() -> list[str]:
@@ -133,30 +119,31 @@ def acquire(n: int, prefix: str, timeout_s: float | None = None) -> tuple[int, F
 
 def waited_s() -> float:
     """Seconds the latest :func:`claim` in this process waited for its slots (0 outside the pool)."""
-    return _waited[0]
+    return current().pool_waited_s
 
 
 def held() -> list[str]:
     """UUIDs of the GPUs this process's running job holds (a data-parallel job's ranks run on
-    them: :func:`sweeps.launch.ddp.launch`); empty outside the pool."""
-    return list(_held)
+    them: :func:`sweeps.launch.placement.ddp.launch`); empty outside the pool."""
+    return list(current().pool_held)
 
 
 @contextmanager
-def claim(device: DictConfig) -> Iterator[int | None]:
+def claim(device: DictConfig, requested: int | None) -> Iterator[int | None]:
     """Hold slots for the body (see the module docstring); yields the first one's index, or None
-    when the job is not run by the pool launcher or needs no GPU slot (``device=cpu`` on a GPU
+    when ``requested`` (the launcher's concurrent jobs, :meth:`~sweeps.launch.launchers.Launcher.pool_slots`)
+    is None — jobs run one at a time, no pool — or the job needs no GPU slot (``device=cpu`` on a GPU
     machine, ``device=ddp`` on Gloo keep their own settings). A ``device=ddp`` job on GPUs holds
     ``device.gpus`` of them; a one-GPU job in a process that already made CUDA contexts on pool
     GPUs takes a free one of those first (see the module docstring)."""
-    _waited[0] = 0.0
-    requested = requested_slots()
+    state = current()
+    state.pool_waited_s = 0.0
     if requested is None:
         yield None
         return
     keys, gpus = slots(requested)
     ddp = device.name == "ddp"
-    if (gpus and device.name == "cpu") or (ddp and (not gpus or _ddp_backend(device) != "nccl")) \
+    if (gpus and device.name == "cpu") or (ddp and (not gpus or ddp_backend(device) != "nccl")) \
             or (ddp and device.gpus > len(keys)):  # the last: ddp.resolve says why it cannot run
         yield None
         return
@@ -165,14 +152,14 @@ def claim(device: DictConfig) -> Iterator[int | None]:
     # while another idles costs a whole GPU's time, a second context ~0.5 GB of one (each worker
     # holds at most one per GPU). Two workers with contexts on the same GPU would otherwise take
     # turns on it for the rest of the sweep.
-    prefer = [keys[i] for i in sorted(device_mod.contexts()) if i < len(keys)] if gpus and not ddp else []
+    prefer = [keys[i] for i in sorted(state.cuda_contexts) if i < len(keys)] if gpus and not ddp else []
     t0 = time.monotonic()
     picked = acquire_many(keys, device.gpus if ddp else 1, "gpu-" if gpus else "cpu", prefer=prefer)
-    _waited[0] = time.monotonic() - t0
+    state.pool_waited_s = time.monotonic() - t0
     index = picked[0][0]
     try:
         if gpus:
-            _held[:] = [keys[i] for i, _ in picked]
+            state.pool_held[:] = [keys[i] for i, _ in picked]
             if not ddp:
                 device.index = index  # this job's own GPU
             log.info("gpu pool: job pinned to %s", ", ".join(f"cuda:{i} ({keys[i]})" for i, _ in picked))
@@ -180,12 +167,6 @@ def claim(device: DictConfig) -> Iterator[int | None]:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // len(keys)))
         yield index
     finally:
-        _held.clear()
+        state.pool_held.clear()
         for _, lock in picked:
             lock.release()
-
-
-def _ddp_backend(device: DictConfig) -> str:
-    from sweeps.launch.ddp import backend
-
-    return backend(device)

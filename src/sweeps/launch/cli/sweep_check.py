@@ -45,8 +45,6 @@ def check_sweep(config: DictConfig) -> int:
         return 0
     from hydra.errors import HydraException
 
-    from sweeps.launch.cli import one_line
-
     loader = GlobalHydra.instance().config_loader()
     started = time.perf_counter()
     jobs = job_overrides(config)
@@ -88,3 +86,27 @@ def _reuse(loader, master: DictConfig, composed: dict[tuple[str, ...], DictConfi
         return compose(master_config, sweep_overrides)
 
     loader.load_sweep_config = load_sweep_config
+
+
+def one_line(exc: BaseException) -> str:
+    """Hydra's multi-line message for a composition error as one line: its sentences joined, the
+    options it lists comma-separated, without the config search path and OmegaConf's
+    ``full_key``/``object_type`` lines (the key is already named). The cause is appended when
+    the message does not hold it (a type conversion)."""
+    parts: list[str] = []
+    text = str(exc)
+    if exc.__cause__ is not None and (str(exc.__cause__).splitlines() or [""])[0] not in text:
+        text += "\n" + str(exc.__cause__)
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("Config search path"):
+            break
+        if not line or line.startswith(("full_key:", "object_type=", "reference_type=")):
+            continue
+        if raw.startswith("\t") and parts and parts[-1].endswith(":"):
+            parts[-1] += " " + line  # the first option under "Available options in 'model':"
+        elif raw.startswith("\t") and parts:
+            parts[-1] += ", " + line
+        else:
+            parts.append(line.rstrip("."))
+    return "; ".join(parts)

@@ -7,7 +7,6 @@ sweep before the job's run is opened. SIGINT/SIGTERM end the job ``killed`` and 
 from __future__ import annotations
 
 import logging
-import os
 import time
 import traceback
 from pathlib import Path
@@ -20,11 +19,14 @@ from omegaconf import DictConfig, OmegaConf
 from sweeps import names
 from sweeps.config import complete, validate
 from sweeps.errors import DataUnavailable, UsageError
-from sweeps.launch import ddp, gpu_pool, signals, slurm
-from sweeps.launch import outcome as oc
-from sweeps.launch.device import job_devices, preflight, resolve_device
-from sweeps.launch.finish import finish
-from sweeps.launch.sweep import print_summary
+from sweeps.launch import launchers
+from sweeps.launch.job.finish import finish
+from sweeps.launch.job.summary import print_summary
+from sweeps.launch.placement import ddp, gpu_pool
+from sweeps.launch.placement.device import job_devices, preflight, resolve_device
+from sweeps.launch.process import outcome as oc
+from sweeps.launch.process import parent_run, signals
+from sweeps.state import current
 from sweeps.tasks.base import Task, create, settings_of_other_tasks
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import inputs, naming, resume, store
@@ -44,7 +46,7 @@ def _hydra_context() -> tuple[str, dict[str, str], bool]:
     hc = HydraConfig.get()
     choices = {k: str(v) for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
     multirun = hc.mode == RunMode.MULTIRUN
-    swept = set(filter(None, os.environ.get(store.SWEPT_KEYS_ENV, "").split(","))) if multirun else set()
+    swept = set(filter(None, (parent_run.get("swept_keys") or "").split(","))) if multirun else set()
     name = " ".join(o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
     name = name or hc.job.override_dirname or " ".join(f"{g}={choices[g]}" for g in ("model", "dataset") if g in choices)
     return name, choices, multirun
@@ -55,7 +57,7 @@ class JobRun:
     reopens a killed one to resume it), and on every way out of the block — ok, oom, diverged,
     error, unavailable, SIGINT/SIGTERM anywhere, a second signal while finishing — flushes what
     was measured and writes the outcome and the run status exactly once
-    (:func:`sweeps.launch.finish.finish`). Opening and finishing hold signals back, so a run is
+    (:func:`sweeps.launch.job.finish.finish`). Opening and finishing hold signals back, so a run is
     never left half-written or RUNNING by a process that exits.
 
     What a task uses: :attr:`writer` (metrics, tags), :attr:`epochs` (per-epoch records),
@@ -107,7 +109,7 @@ class JobRun:
         if self.resume_state is not None:
             self.writer = RunWriter.attach(self.client, self.previous.info.run_id)
             self.writer.set_tags({**tags, names.RESUMED_TAG: "true", names.ERROR_TAG: ""})
-            parent, before = store.parent_run_id() if self.multirun else None, self.previous.data.tags.get(names.PARENT_RUN_TAG)
+            parent, before = parent_run.get("parent_run_id") if self.multirun else None, self.previous.data.tags.get(names.PARENT_RUN_TAG)
             if parent and parent != before:  # the sweep that resumed it owns it now: its summary and report count it
                 self.writer.set_tags({names.PARENT_RUN_TAG: parent, names.PREVIOUS_PARENT_TAG: before or ""})
                 self.client.update_run(self.writer.run_id, name=naming.with_id(self._title(), parent))
@@ -117,7 +119,7 @@ class JobRun:
             logged_through = max((m.step for m in self.client.get_metric_history(self.writer.run_id, names.EPOCH_S)),
                                  default=0)
         else:
-            parent = store.parent_run_id() if self.multirun else None
+            parent = parent_run.get("parent_run_id") if self.multirun else None
             title = self._title()  # "mlp b64 cpu #<sweep id>" (sweeps.tracking.naming)
             self.writer = RunWriter(self.client, self.experiment_id, naming.with_id(title, parent) if parent else title,
                                     parent, {**environment_tags(), names.OVERRIDES_TAG: self.name, **tags})
@@ -131,7 +133,7 @@ class JobRun:
                                        cfg.checkpoint.every_s)
         self.epochs = EpochLog(self.writer, run_dir / JOURNAL, self.task.regression, cfg.log_every_s,
                                cfg.epochs, records, logged_through)
-        slurm.on_open(self)  # under Slurm: its job id tags, requeue time lost, checkpoint-then-requeue
+        launchers.current().on_open(self)  # under Slurm: its job id tags, requeue time lost, checkpoint-then-requeue
         if data is not None:
             self.writer.log_metrics({names.BATCH_SIZE: data.batch, names.LR: data.lr})
             log.info("job %s: batch %d, lr %.4g, %d train / %d test examples", self.name, data.batch, data.lr,
@@ -162,7 +164,7 @@ class JobRun:
                 if tb is not None:  # free the failed frames' tensors before memory is released
                     traceback.clear_frames(tb)
                 finish(self, outcome, error, peak)
-                oc.LAST_JOB.update(name=self.name, outcome=outcome, run_id=self.writer.run_id if self.writer else "",
+                current().last_job.update(name=self.name, outcome=outcome, run_id=self.writer.run_id if self.writer else "",
                                 tracking_uri=self.client.tracking_uri)
         if pending and not isinstance(exc, KeyboardInterrupt):  # arrived while finishing: the job is closed
             raise signals.as_exception(pending[0])
@@ -219,8 +221,8 @@ def run(cfg: DictConfig) -> str:
         log.info("job %s: already done in run %s (outcome %s): skipped; resume=false runs it again", name,
                  previous.info.run_id, previous.data.tags.get(names.OUTCOME_TAG))
         oc.note(names.SKIPPED)
-        if multirun and store.parent_run_id():  # counted by the sweep from MLflow (jobs may run elsewhere)
-            client.set_tag(store.parent_run_id(), f"{names.SKIPPED_TAG_PREFIX}{chash}", previous.info.run_id)
+        if multirun and parent_run.get("parent_run_id"):  # counted by the sweep from MLflow (jobs may run elsewhere)
+            client.set_tag(parent_run.get("parent_run_id"), f"{names.SKIPPED_TAG_PREFIX}{chash}", previous.info.run_id)
         return names.SKIPPED
     missing = None
     try:
@@ -234,7 +236,7 @@ def run(cfg: DictConfig) -> str:
     job = JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous,
                  started_at, identity)
     try:
-        with gpu_pool.claim(cfg.device), job:
+        with gpu_pool.claim(cfg.device, launchers.current().pool_slots()), job:
             job.started_at += gpu_pool.waited_s()
             if missing is not None:  # dataset.if_missing=skip: an unavailable job, logged as such
                 raise missing
@@ -248,10 +250,10 @@ def run(cfg: DictConfig) -> str:
     except KeyboardInterrupt as e:
         # Python checks for signals as a function starts: the first one may land as __exit__ (or the
         # end of __enter__) begins, before it holds signals — then the run is still open here. Later
-        # signals are only noted (sweeps.launch.signals), so this close is not cut short.
+        # signals are only noted (sweeps.launch.process.signals), so this close is not cut short.
         if job.writer is not None and job.outcome is None:
             job.__exit__(type(e), e, None)
         raise
-    if not multirun:  # a sweep prints its summary once, at its end (sweeps.launch.sweep)
+    if not multirun:  # a sweep prints its summary once, at its end (sweeps.launch.cli.sweep)
         print_summary(client, [client.get_run(job.run_id)])
     return job.outcome

@@ -9,12 +9,11 @@ compiler for ``compile=true``) before it opened a run, or a crash outside its ru
 one line on stderr and a ``slurm.error.<job id>`` tag on the sweep's parent run, which stays open for
 the other jobs; the sweep exits 1.
 Job states come from ``squeue``, not ``sacct`` (see :meth:`SlurmLauncher.launch`). Inside each job
-:mod:`sweeps.launch.slurm` handles the time limit and preemption.
+:mod:`sweeps.launch.slurm.requeue` handles the time limit and preemption.
 """
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -28,9 +27,9 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 from omegaconf import OmegaConf
 
 from sweeps import names
-from sweeps.errors import UsageError
-from sweeps.launch import outcome, slurm
-from sweeps.tracking import store
+from sweeps.errors import UsageError, brief, describe
+from sweeps.launch.process import outcome, parent_run
+from sweeps.launch.slurm import requeue
 
 log = logging.getLogger("sweeps")
 # squeue's names of the states a job does not leave (a preempted job that Slurm requeues shows
@@ -47,9 +46,9 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         """Run one job in its Slurm job's process, under sweeps' requeue protocol
-        (:func:`sweeps.launch.slurm.run_job`)."""
+        (:func:`sweeps.launch.slurm.requeue.run_job`)."""
         delay = float(self.params.get("signal_delay_s") or 120)
-        return slurm.run_job(lambda: super(SlurmLauncher, self).__call__(*args, **kwargs), delay)
+        return requeue.run_job(lambda: super(SlurmLauncher, self).__call__(*args, **kwargs), delay)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Submit the jobs and wait for them (Hydra's submitit launcher, with GPUs from each job's
@@ -128,8 +127,7 @@ def _result(job, overrides: list[str]) -> JobReturn:
         return _lost(job, overrides, e)
     if ret.status == JobStatus.FAILED:  # its task function raised: bad input found on the node (UsageError)
         exc = ret._return_value
-        line = (str(exc).strip().splitlines() or [""])[0]
-        return _errored(job, overrides, line if isinstance(exc, UsageError) else f"{type(exc).__name__}: {line}")
+        return _errored(job, overrides, brief(exc, 500) if isinstance(exc, UsageError) else describe(exc, 500))
     return ret
 
 
@@ -151,15 +149,15 @@ def _errored(job, overrides: list[str], line: str) -> JobReturn:
     line = line[:500]
     print(f"sweeps: error: Slurm job {job.job_id} ({' '.join(overrides)}): {line}", file=sys.stderr, flush=True)
     outcome.note(names.ERROR)
-    parent, uri = store.parent_run_id(), os.environ.get(store.SWEEP_URI_ENV)
-    if parent and uri:
+    sweep_run, uri = parent_run.get("parent_run_id"), parent_run.get("tracking_uri")
+    if sweep_run and uri:
         try:
             from mlflow import MlflowClient
 
-            MlflowClient(uri).set_tag(parent, f"{JOB_ERROR_TAG_PREFIX}{job.job_id}", f"{' '.join(overrides)}: {line}")
+            MlflowClient(uri).set_tag(sweep_run, f"{JOB_ERROR_TAG_PREFIX}{job.job_id}", f"{' '.join(overrides)}: {line}")
         except Exception as e:  # the exit status and stderr say it already
-            log.warning("MLflow: could not tag the sweep run %s with job %s's error (%s)", parent, job.job_id,
-                        type(e).__name__)
+            log.warning("MLflow: could not tag the sweep run %s with job %s's error (%s)", sweep_run, job.job_id,
+                        describe(e))
     ret = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
     ret.return_value = names.ERROR
     return ret
@@ -170,12 +168,12 @@ def _close_lost_run(job_id: str, state: str) -> None:
     ``error`` that a run closed to be requeued will not go on after all."""
     from mlflow import MlflowClient
 
-    parent, uri = store.parent_run_id(), os.environ.get(store.SWEEP_URI_ENV)
-    if not parent or not uri:
+    sweep_run, uri = parent_run.get("parent_run_id"), parent_run.get("tracking_uri")
+    if not sweep_run or not uri:
         return
     client = MlflowClient(uri)
     query = f"tags.`{names.SLURM_JOB_TAG}` = '{job_id}' and attributes.status != 'FINISHED'"
-    for run in client.search_runs([client.get_run(parent).info.experiment_id], query):
+    for run in client.search_runs([client.get_run(sweep_run).info.experiment_id], query):
         error = run.data.tags.get(names.ERROR_TAG, "")
         if run.info.status == "RUNNING":  # its process died without closing it
             client.set_tag(run.info.run_id, names.OUTCOME_TAG, names.KILLED)

@@ -1,8 +1,9 @@
 """A job inside Slurm: the tags that tie its MLflow run to its Slurm job, and a time limit or
 preemption turned into checkpoint → requeue → resume in the same run.
 
-:func:`on_open` (called by :class:`~sweeps.launch.job.JobRun`) tags every run that runs in a
-Slurm job. In a job that ``hydra/launcher=slurm`` started (:class:`~sweeps.launch.slurm_launcher.SlurmLauncher`,
+:func:`on_open` (called by :class:`~sweeps.launch.job.lifecycle.JobRun` through
+:mod:`sweeps.launch.launchers`) tags every run that runs in a
+Slurm job. In a job that ``hydra/launcher=slurm`` started (:class:`~sweeps.launch.slurm.launcher.SlurmLauncher`,
 which runs the job through :func:`run_job`), submitit's signal handlers are replaced:
 
 - SIGUSR2 — submitit's ``--signal=USR2@signal_delay_s``: the time limit is near, or the job is
@@ -26,8 +27,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sweeps import names
-from sweeps.errors import Terminated
-from sweeps.launch import signals
+from sweeps.errors import Terminated, describe
+from sweeps.launch.process import signals
 
 log = logging.getLogger("sweeps")
 GRACE_MARGIN_S = 45.0  # of signal_delay_s, kept for the checkpoint's fsync, closing the run, scontrol requeue
@@ -39,7 +40,7 @@ class Requeue(Terminated):
     signal_name = "SIGUSR2"
 
 
-class _Job:
+class _SlurmJob:
     """This process's Slurm job (one sweeps job per Slurm job): when a requeue was asked for, and
     the job context, which may wait for an epoch end."""
     asked_at: float | None = None  # wall clock (s) of the first SIGUSR2
@@ -67,7 +68,7 @@ def tags() -> dict[str, str]:
 
 
 def on_open(job) -> None:
-    """Called by :class:`~sweeps.launch.job.JobRun` once its run is open: tag it with its Slurm job;
+    """Called by :class:`~sweeps.launch.job.lifecycle.JobRun` once its run is open: tag it with its Slurm job;
     on a requeued job resuming, log ``time/requeue_lost_s`` (wall s from the newest checkpoint's write
     to now, step = restart count); in a job :func:`run_job` runs, let a SIGUSR2 stop a training job
     at its next epoch end, after that epoch's checkpoint. Outside Slurm it does nothing."""
@@ -80,11 +81,11 @@ def on_open(job) -> None:
     if job.resume_state is not None and restarts > 0 and files:
         job.writer.log_metrics({names.REQUEUE_LOST_S: max(0.0, time.time() - files[-1].stat().st_mtime)}, step=restarts)
     if signal.getsignal(signal.SIGUSR2) is _on_usr2:  # our handler: run_job runs this job
-        _Job.job = job
+        _SlurmJob.job = job
         if job.cfg.task == "train" and job.cfg.device.name != "ddp":  # ddp ranks checkpoint in their own processes
-            _Job.epoch_end = True
+            _SlurmJob.epoch_end = True
             job.checkpoints = _CheckpointThenStop(job.checkpoints)
-        elif _Job.asked_at is not None:  # asked while starting, and no epoch end to wait for: stop now
+        elif _SlurmJob.asked_at is not None:  # asked while starting, and no epoch end to wait for: stop now
             os.kill(os.getpid(), signal.SIGTERM)  # held while the run opens: raised once it is open
 
 
@@ -99,13 +100,13 @@ class _CheckpointThenStop:
         return getattr(self._inner, name)
 
     def due(self, epoch: int) -> bool:
-        return _Job.asked_at is not None or self._inner.due(epoch)
+        return _SlurmJob.asked_at is not None or self._inner.due(epoch)
 
     def save(self, epoch: int, state: dict) -> Path:
         path = self._inner.save(epoch, state)
-        if _Job.asked_at is not None:
+        if _SlurmJob.asked_at is not None:
             log.warning("Slurm: checkpoint of epoch %d written %.0f s after SIGUSR2; stopping to be requeued",
-                        epoch, time.time() - _Job.asked_at)
+                        epoch, time.time() - _SlurmJob.asked_at)
             raise Requeue()
         return path
 
@@ -114,30 +115,30 @@ def _on_usr2(signum, frame) -> None:
     """SIGUSR2: note it; stop now (SIGTERM to this process, which a run opening or closing holds),
     or after the current epoch's checkpoint — also when the job has yet to open its run — with
     SIGTERM as the fallback after ``grace_s``."""
-    if _Job.job is not None and _Job.job.outcome is not None:
+    if _SlurmJob.job is not None and _SlurmJob.job.outcome is not None:
         return  # the job has ended: nothing left to save
-    if _Job.asked_at is None:
-        _Job.asked_at = time.time()
+    if _SlurmJob.asked_at is None:
+        _SlurmJob.asked_at = time.time()
         log.warning("Slurm: SIGUSR2 (time limit near, or preempted): %s", "requeue from the newest checkpoint"
-                    if _Job.job is not None and not _Job.epoch_end else "checkpoint at this epoch's end, then requeue")
-    if _Job.job is not None and not _Job.epoch_end:
+                    if _SlurmJob.job is not None and not _SlurmJob.epoch_end else "checkpoint at this epoch's end, then requeue")
+    if _SlurmJob.job is not None and not _SlurmJob.epoch_end:
         os.kill(os.getpid(), signal.SIGTERM)
-    elif _Job.timer is None:
-        _Job.timer = threading.Timer(_Job.grace_s, _give_up)
-        _Job.timer.daemon = True
-        _Job.timer.start()
+    elif _SlurmJob.timer is None:
+        _SlurmJob.timer = threading.Timer(_SlurmJob.grace_s, _give_up)
+        _SlurmJob.timer.daemon = True
+        _SlurmJob.timer.start()
 
 
 def _give_up() -> None:
     """``grace_s`` after SIGUSR2 with no epoch end: stop now (unless the job has ended meanwhile)."""
-    if _Job.job is None or _Job.job.outcome is None:
+    if _SlurmJob.job is None or _SlurmJob.job.outcome is None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _quiet() -> None:
     """No more signal handling: the job has ended (or is leaving to be requeued)."""
-    if _Job.timer is not None:
-        _Job.timer.cancel()
+    if _SlurmJob.timer is not None:
+        _SlurmJob.timer.cancel()
     for s in (signal.SIGUSR2, signal.SIGTERM):
         signal.signal(s, signal.SIG_IGN)
 
@@ -152,19 +153,19 @@ def run_job(call: Callable[[], Any], signal_delay_s: float) -> Any:
             the time limit are used up (``max_num_timeout``); submitit reports it as the job's result.
     """
     requeue = signal.getsignal(signal.SIGUSR2)  # submitit's: pickle this call again, scontrol requeue, exit
-    _Job.asked_at, _Job.job, _Job.epoch_end, _Job.timer = None, None, False, None
+    _SlurmJob.asked_at, _SlurmJob.job, _SlurmJob.epoch_end, _SlurmJob.timer = None, None, False, None
     # the signal comes signal_delay_s (or up to 30 s more: slurmctld checks limits every 30 s) before
     # the limit; what grace_s leaves (GRACE_MARGIN_S, 45 s) is for the checkpoint's
     # fsync, closing the run and scontrol requeue
-    _Job.grace_s = grace_s(signal_delay_s)
+    _SlurmJob.grace_s = grace_s(signal_delay_s)
     signal.signal(signal.SIGTERM, signals.raise_terminated)
     signal.signal(signal.SIGUSR2, _on_usr2)
-    _Job.active = True
+    _SlurmJob.active = True
     try:
         result = call()
     except KeyboardInterrupt:  # the job's run is closed killed (JobRun)
         _quiet()
-        if _Job.asked_at is None or not callable(requeue):  # not callable: submitit did not start this job
+        if _SlurmJob.asked_at is None or not callable(requeue):  # not callable: submitit did not start this job
             log.warning("Slurm: SIGTERM (scancel or the time limit): the job's run is closed killed")
             raise SystemExit(143) from None
         try:
@@ -179,7 +180,7 @@ def run_job(call: Callable[[], Any], signal_delay_s: float) -> Any:
             raise
         raise SystemExit(143)  # submitit's handler returned without exiting
     finally:
-        _Job.active = False
+        _SlurmJob.active = False
     _quiet()
     return result
 
@@ -193,15 +194,15 @@ def grace_s(signal_delay_s: float) -> float:
 def in_job() -> bool:
     """Whether this process is running a sweep's job inside its Slurm job (:func:`run_job`). There
     bad input ends that job alone (``error``): the sweep runs in another process, which records it
-    and keeps its parent run (:func:`sweeps.launch.slurm_launcher._result`)."""
-    return _Job.active
+    and keeps its parent run (:func:`sweeps.launch.slurm.launcher._result`)."""
+    return _SlurmJob.active
 
 
 def _note(error: str, requeued: bool = False) -> None:
     """Say in the closed run's ``error`` tag what became of it (a resumed run clears it). A requeued
     run stopped before its first checkpoint is deleted instead: its restarted job starts afresh in a
     new run, and the sweep counts the job once."""
-    job = _Job.job
+    job = _SlurmJob.job
     if job is None or job.writer is None:
         return
     try:
@@ -210,4 +211,4 @@ def _note(error: str, requeued: bool = False) -> None:
         else:
             job.client.set_tag(job.run_id, names.ERROR_TAG, error)
     except Exception as e:  # the requeue matters more than the wording
-        log.warning("Slurm: could not note run %s as requeued (%s)", job.run_id, type(e).__name__)
+        log.warning("Slurm: could not note run %s as requeued (%s)", job.run_id, describe(e))

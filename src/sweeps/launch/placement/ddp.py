@@ -1,10 +1,10 @@
 """Data-parallel training (``device=ddp``): start and supervise ``device.gpus`` processes.
 
-The job process (its :class:`~sweeps.launch.job.JobRun` has opened the MLflow run) starts N
+The job process (its :class:`~sweeps.launch.job.lifecycle.JobRun` has opened the MLflow run) starts N
 ranks with torch's own launcher (:func:`torch.distributed.launcher.api.elastic_launch`,
 torchrun's ``--standalone`` semantics: one node, a c10d rendezvous on a free local port, no
 restarts), NCCL on GPUs, Gloo on the CPU. Each rank runs the same training code as one device
-(:mod:`sweeps.launch.rank`); the training itself — global batch split over the ranks, one
+(:mod:`sweeps.launch.placement.rank`); the training itself — global batch split over the ranks, one
 shared permutation per epoch, gradients averaged, records gathered once per epoch — lives in
 :mod:`sweeps.train.distributed`.
 
@@ -18,7 +18,7 @@ shared permutation per epoch, gradients averaged, records gathered once per epoc
   :class:`~sweeps.errors.Diverged`, :class:`~sweeps.errors.RankFailed` naming the rank (``error``;
   a sticky CUDA error in its text lost that rank's context, not the job process's).
   ``device.timeout_s`` bounds the rendezvous and every collective: the last resort of a hang.
-- Under the GPU pool (:mod:`sweeps.launch.gpu_pool`) the job holds ``device.gpus`` GPUs and the
+- Under the GPU pool (:mod:`sweeps.launch.placement.gpu_pool`) the job holds ``device.gpus`` GPUs and the
   ranks are started with ``CUDA_VISIBLE_DEVICES`` set to their UUIDs, so rank r runs on the
   r-th GPU the job holds, never on one another job holds.
 - SIGINT/SIGTERM to the job process: the agent stops the ranks (rank 0 flushes), then the job
@@ -38,11 +38,12 @@ import uuid
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from sweeps.errors import DeviceUnavailable, Diverged, RankFailed, Terminated
-from sweeps.launch import gpu_pool
-from sweeps.launch import rank as rank_process
+from sweeps.errors import DeviceUnavailable, Diverged, RankFailed, Terminated, describe
+from sweeps.launch.placement import gpu_pool
+from sweeps.launch.placement import rank as rank_process
+from sweeps.launch.placement.device import ddp_backend as backend
 from sweeps.tracking import store
 from sweeps.tracking.epochs import read_journal
 from sweeps.train.noise import JOB_PID_ENV
@@ -53,35 +54,11 @@ DEFAULT_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"  # Hydra
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 
 
-def backend(cfg: DictConfig) -> str:
-    """``device.backend``: ``auto`` → ``nccl`` where CUDA is present, else ``gloo``."""
-    if cfg.backend == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
-    return cfg.backend
-
-
-def resolve(cfg: DictConfig) -> torch.device:
-    """The device rank 0 uses (``cuda:0`` for NCCL, else ``cpu``), after checking the machine.
-
-    Raises:
-        DeviceUnavailable: NCCL without CUDA, or more processes (``device.gpus``) than GPUs.
-    """
-    if backend(cfg) != "nccl":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise DeviceUnavailable("device=ddp with device.backend=nccl needs CUDA and none is visible here; "
-                                "use device.backend=gloo to run the processes on the CPU")
-    if cfg.gpus > torch.cuda.device_count():
-        raise DeviceUnavailable(f"device=ddp: device.gpus={cfg.gpus} processes but this machine has "
-                                f"{torch.cuda.device_count()} CUDA device(s); use device.gpus<={torch.cuda.device_count()}")
-    return torch.device("cuda", 0)
-
-
 def launch(job, journal: Path) -> None:
     """Run the job's task on ``device.gpus`` ranks and wait for them; afterwards (on every
     ending) ``job.epochs.records`` holds rank 0's records from ``journal``.
 
-    ``job`` is the :class:`~sweeps.launch.job.JobRun` whose run is open: its ``cfg``,
+    ``job`` is the :class:`~sweeps.launch.job.lifecycle.JobRun` whose run is open: its ``cfg``,
     ``run_id``, ``checkpoints.directory`` and ``resume_state`` are passed on to the ranks.
 
     Raises:
@@ -109,7 +86,7 @@ def launch(job, journal: Path) -> None:
                           rdzv_endpoint=f"127.0.0.1:{_free_port()}", rdzv_configs={"timeout": int(cfg.device.timeout_s)},
                           monitor_interval=MONITOR_S, start_method="spawn",
                           logs_specs=DefaultLogsSpecs(log_dir=str(work / "torch")))
-    os.environ[JOB_PID_ENV] = str(os.getpid())  # ranks count their siblings as the job's CPU, not noise
+    os.environ[JOB_PID_ENV] = str(os.getpid())  # for the ranks (child processes): siblings are the job's CPU
     visible = os.environ.get(VISIBLE_ENV)
     if gpu_pool.held():  # the pool's GPUs for this job, by UUID: rank r's cuda:r is the r-th of them
         os.environ[VISIBLE_ENV] = ",".join(gpu_pool.held())
@@ -143,12 +120,12 @@ def launch(job, journal: Path) -> None:
             try:
                 job.writer.replay(job.epochs.records)
             except Exception as e:  # the journal and epochs.csv still hold them
-                log.warning("MLflow: rank 0's journal not replayed (%s: %s)", type(e).__name__, e)
+                log.warning("MLflow: rank 0's journal not replayed (%s)", describe(e))
 
 
 def first_failure(work_dir: Path, exc: Exception) -> Exception:
     """The exception to end the job with: the earliest of the ranks' failure files (see
-    :mod:`sweeps.launch.rank`), else what the launcher says of the first rank that exited."""
+    :mod:`sweeps.launch.placement.rank`), else what the launcher says of the first rank that exited."""
     reports = []
     for path in work_dir.glob("rank*.json"):
         try:

@@ -1,0 +1,1 @@
+"""One job's lifecycle: its MLflow run opened and closed (JobRun), its finish and summary row."""

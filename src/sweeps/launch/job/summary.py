@@ -1,0 +1,46 @@
+"""A job's summary row and the one-screen summary of a sweep's (or a single run's) jobs, read from
+their MLflow runs: what the job prints once it closes, and the sweep callback at its end."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from sweeps import names
+from sweeps.tracking.console import summary_table
+from sweeps.tracking.reliability import unreliable
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+
+def summary_row(run: Any) -> dict:
+    """One summary row (see :func:`sweeps.tracking.console.summary_table`) from a job's MLflow run."""
+    m, tags = run.data.metrics, run.data.tags
+    row = {"job": tags.get(names.OVERRIDES_TAG, run.info.run_name), "outcome": tags.get(names.OUTCOME_TAG, "?"),
+           "error": tags.get(names.ERROR_TAG, ""), "first_s": m.get(names.FIRST_EPOCH_S),
+           "median_s": m.get(names.MEDIAN_EPOCH_S), "total_s": m.get(names.TOTAL_S),
+           "overhead_s": m.get(names.OVERHEAD_S), "overhead_frac": m.get(names.OVERHEAD_FRAC),
+           "note": unreliable(m.get(names.EPOCH_P10_S), m.get(names.EPOCH_P90_S), m.get(names.OTHER_CPU_MEAN_PCT))}
+    if names.FINAL_ACC in m:
+        row["final"] = f"acc {m[names.FINAL_ACC]:.4f}"
+    elif names.FINAL_RMSE in m:
+        row["final"] = f"rmse {m[names.FINAL_RMSE]:.2f}"
+    elif names.INFER_MEDIAN_MS in m:
+        row["final"] = f"{m[names.INFER_MEDIAN_MS]:.2f} ms/batch"
+    elif names.MAX_BATCH in m:  # task=max_batch
+        row["final"] = f"fits up to {m[names.MAX_BATCH]:.0f}"
+    return row
+
+
+def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = None) -> str:
+    """Print the summary of ``runs``; log it to the parent run when there is one."""
+    from mlflow.entities import RunTag
+
+    table = summary_table([summary_row(r) for r in runs])
+    counts = Counter(r.data.tags.get(names.OUTCOME_TAG, "?") for r in runs)
+    text = f"{table}\n{len(runs)} job(s): " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    print(f"\n{text}", flush=True)
+    if parent_run_id:
+        client.log_text(parent_run_id, text + "\n", "summary.txt")
+        client.log_batch(parent_run_id, tags=[RunTag(f"{names.OUTCOMES_TAG_PREFIX}{k}", str(n)) for k, n in counts.items()])
+    return text

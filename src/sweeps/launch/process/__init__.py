@@ -1,0 +1,1 @@
+"""How a process's jobs end: SIGINT/SIGTERM as exceptions, outcomes classified and counted."""

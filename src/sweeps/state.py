@@ -1,0 +1,69 @@
+"""What one process remembers across the jobs it runs, in one object (:class:`ProcessState`),
+reached through one accessor (:func:`current`) and replaced by each entry point
+(:func:`begin_command`: ``python -m sweeps``, :func:`sweeps.run`).
+
+Here, not in :mod:`sweeps.launch`: the training code (:mod:`sweeps.train.memory`) notes a lost
+CUDA context in it too, and nothing in ``train`` may import ``launch``. This module imports
+nothing of sweeps, so every layer may reach it.
+
+Environment variables are no channel inside one process: the sweep's parent run and swept keys
+live in :attr:`ProcessState.sweep` (:mod:`sweeps.launch.process.parent_run` also exports them, for
+the jobs that launchers run in child processes).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+@dataclass
+class ProcessState:
+    """Everything a process carries from one job to the next.
+
+    - ``outcomes``: how many jobs this process ended with each outcome (``sweep_error``: the
+      sweep's count of ``error`` children, read from MLflow) — the exit status;
+    - ``last_job``: the last job closed (name, outcome, run_id, tracking_uri) — the CLI's last words;
+    - ``last_sweep``: the last sweep closed (run_id, tracking_uri) — what :func:`sweeps.run` reads;
+    - ``sweep``: the running sweep's parent_run_id, tracking_uri, swept_keys ({} outside one);
+    - ``planned_jobs``: how many jobs the running sweep will launch (None: a single run; 0: not
+      known in advance);
+    - ``signals``: SIGINT/SIGTERM numbers received since the handlers were installed, in order;
+    - ``cuda_lost``: the one line of a sticky CUDA error ("" while the CUDA context is fine);
+    - ``cuda_contexts``: CUDA indices (this process's numbering) where a job made a context;
+    - ``pool_waited_s``: seconds the latest GPU-pool claim waited (s);
+    - ``pool_held``: the running job's pool GPUs (NVML UUIDs).
+    """
+
+    outcomes: Counter = field(default_factory=Counter)
+    last_job: dict[str, str] = field(default_factory=dict)
+    last_sweep: dict[str, str] = field(default_factory=dict)
+    sweep: dict[str, str] = field(default_factory=dict)
+    planned_jobs: int | None = None
+    signals: list[int] = field(default_factory=list)
+    cuda_lost: str = ""
+    cuda_contexts: set[int] = field(default_factory=set)
+    pool_waited_s: float = 0.0
+    pool_held: list[str] = field(default_factory=list)
+
+
+_current = ProcessState()
+
+
+def current() -> ProcessState:
+    """This process's state (the one accessor)."""
+    return _current
+
+
+def replace(state: ProcessState) -> ProcessState:
+    """Make ``state`` this process's state; returns the one it replaces (tests put it back)."""
+    global _current
+    previous, _current = _current, state
+    return previous
+
+
+def begin_command() -> ProcessState:
+    """A fresh state for a new command in this process (the CLI, :func:`sweeps.run`): no counts,
+    no last job or sweep, no signals. What is true of the process itself carries over: a CUDA
+    context lost to a sticky error stays lost, and the contexts made stay made."""
+    old = _current
+    replace(ProcessState(cuda_lost=old.cuda_lost, cuda_contexts=set(old.cuda_contexts)))
+    return _current
