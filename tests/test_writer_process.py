@@ -19,8 +19,10 @@ from sweeps.tracking.writer import RunWriter
 
 @pytest.fixture
 def handoff(monkeypatch):
-    """Hand a run to the writer process after 3 epochs (not 100); the process is ended after the test."""
+    """Hand a run to the writer process after 3 epochs (not 100), however few are left; the process
+    is ended after the test."""
     monkeypatch.setattr(relay, "HANDOFF_EPOCHS", 3)
+    monkeypatch.setattr(relay, "HANDOFF_REMAINING", 0)
     yield
     relay.stop()
 
@@ -102,6 +104,18 @@ def test_a_stalled_writer_process_is_taken_over_and_each_epoch_lands_once(tmp_pa
     writer.end("FINISHED")
     for key in (names.TRAIN_LOSS, names.EPOCH_S):
         assert _steps(client, writer.run_id, key) == list(range(1, 201))
+
+
+def test_a_job_about_to_end_keeps_its_in_process_queue(tmp_path, handoff, monkeypatch):
+    monkeypatch.setattr(relay, "HANDOFF_REMAINING", 1000)
+    client, writer = _run(tmp_path)
+    log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600, last_epoch=500)
+    for epoch in range(1, 501):
+        log.append(_record(epoch))
+    assert not log.relayed and relay.running() is None  # no process started for it
+    log.close()
+    writer.end("FINISHED")
+    assert _steps(client, writer.run_id) == list(range(1, 501))
 
 
 def test_a_full_disk_after_the_handoff_sends_the_later_epochs_in_process(tmp_path, handoff):

@@ -4,7 +4,8 @@ Each record costs O(1) whatever the job's length: one JSON line appended to the 
 to the OS, so it survives a killed process), and at most one console row per ``log_every_s``
 seconds (the first and last epoch are always shown). Its metrics go to MLflow two ways: the
 first :data:`~sweeps.tracking.relay.HANDOFF_EPOCHS` epochs are queued on the run's in-process
-:class:`~sweeps.tracking.writer.RunWriter` (a short job never starts another process); then the
+:class:`~sweeps.tracking.writer.RunWriter` (as are all of a job that ends within
+:data:`~sweeps.tracking.relay.HANDOFF_REMAINING` epochs after that); then the
 journal is handed to the writer process (:mod:`sweeps.tracking.relay`), which tails it, so a
 later epoch costs the training process nothing beyond its line. Without a journal (none asked, or
 a full disk stopped it) every epoch is queued in-process. Nothing here touches the device or
@@ -73,7 +74,8 @@ class EpochLog:
                 self._journal_failed(e)  # this epoch's line is torn (no newline): the writer process skips it
         if self.writer is not None and rec["epoch"] > self.logged_through and not (self.relayed and self._file):
             self.writer.log_metrics({k: v for k, v in rec.items() if "/" in k}, step=rec["epoch"])
-            if self._file is not None and self._appended >= relay.HANDOFF_EPOCHS and not self.relayed:
+            if self._file is not None and self._appended >= relay.HANDOFF_EPOCHS and not self.relayed and (
+                    self.last_epoch is None or self.last_epoch - rec["epoch"] >= relay.HANDOFF_REMAINING):
                 # later epochs: the writer process reads them from the journal, from here on
                 self.relayed = relay.follow(self.writer.run_id, self.writer.client.tracking_uri, self.journal,
                                             self._file.tell(), rec["epoch"])
