@@ -149,3 +149,38 @@ def test_a_long_job_through_the_writer_process_lands_every_epoch_once(in_process
     for key in (names.TRAIN_LOSS, names.EPOCH_S, names.TEST_LOSS):
         assert _steps(client, run.info.run_id, key) == list(range(1, 41))
     assert run.data.tags[names.OUTCOME_TAG] == "ok" and run.info.status == "FINISHED"
+
+
+@pytest.mark.slow  # a real `mlflow server`, started twice: ~1 min here
+def test_a_server_down_mid_job_loses_nothing_and_logs_each_epoch_once(tmp_path, handoff):
+    """The tracking server goes away after the hand-over and comes back on the same port and
+    database: the writer process retries, and every epoch lands once."""
+    from test_tracking_server import _start_server, _stop_server
+
+    server, uri = _start_server(tmp_path)
+    try:
+        client = MlflowClient(uri)
+        writer = RunWriter(client, client.create_experiment("w"), "job", None, {})
+        log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600)
+        for epoch in range(1, 101):
+            log.append(_record(epoch))
+        assert log.relayed
+        _stop_server(server)  # down: the writer process's sends fail and are retried
+        for epoch in range(101, 301):
+            log.append(_record(epoch))
+        time.sleep(3)
+        port = int(uri.rsplit(":", 1)[1])
+        import test_tracking_server
+
+        free_port = test_tracking_server._free_port
+        test_tracking_server._free_port = lambda: port  # back on the same address and database
+        try:
+            server, _ = _start_server(tmp_path)
+        finally:
+            test_tracking_server._free_port = free_port
+        log.close()
+        writer.end("FINISHED")
+        for key in (names.TRAIN_LOSS, names.EPOCH_S):
+            assert _steps(client, writer.run_id, key) == list(range(1, 301))
+    finally:
+        _stop_server(server)
