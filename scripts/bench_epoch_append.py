@@ -101,7 +101,8 @@ def main() -> None:
             per_epoch_us(lambda e: (host.start(), host.stop()), args.epochs))
         results.setdefault("process RSS read (psutil memory_info)", []).append(
             per_epoch_us(lambda e: process.memory_info(), args.epochs))
-        results.setdefault("ConstantLR schedule.step()", []).append(per_epoch_us(lambda e: schedule.step(), args.epochs))
+        results.setdefault("ConstantLR schedule.step()", []).append(
+            per_epoch_us(lambda e: schedule.step(), args.epochs))
     reader.stdin.close()
     reader.wait()
     relay.stop()

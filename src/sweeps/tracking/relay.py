@@ -61,8 +61,8 @@ def follow(run_id: str, tracking_uri: str, journal: Path, offset: int, after_epo
     """Ask the writer process to send run ``run_id``'s journal from byte ``offset`` on (records of
     epochs > ``after_epoch`` only), starting the process if none runs. Returns False where it
     could not be started or reached (the caller keeps logging in-process). Never raises."""
-    msg = {"op": "follow", "run": run_id, "uri": tracking_uri, "journal": str(journal), "offset": offset,
-           "after": after_epoch}
+    msg = {"op": "follow", "run": run_id, "uri": tracking_uri, "journal": str(Path(journal).resolve()),
+           "offset": offset, "after": after_epoch}  # an absolute path: the job may chdir later (tests do)
     with _lock:
         try:
             _write(_started(), msg)
