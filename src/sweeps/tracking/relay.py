@@ -42,6 +42,9 @@ HANDOFF_EPOCHS = 100  # epochs a job logs in-process before its journal goes to 
 # imported mlflow (~1 s at nice 19), so it keeps its in-process queue
 HANDOFF_REMAINING = 1000
 STALL_S = 5.0  # s a drain waits for the writer process's next sign of progress before taking over
+# s after killing a stalled writer process before the job reads the run's history: a request a
+# tracking server had received whole is committed by then, so the replay does not send it again
+SETTLE_S = 1.0
 
 _lock = threading.Lock()  # one request at a time per process (pool workers may run jobs in threads)
 _proc: subprocess.Popen | None = None
@@ -92,6 +95,7 @@ def drain(run_id: str, until_epoch: int) -> Drained:
         if answer is None or answer.get("unknown"):  # dead, stuck, or a later process that never had the run
             if answer is None:  # stop it for good, so nothing it still holds is sent twice
                 _kill(proc)
+                time.sleep(SETTLE_S)
             return Drained(ok=False)
         return Drained(int(answer.get("sent", 0)), int(answer.get("lost", 0)))
 
