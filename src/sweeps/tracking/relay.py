@@ -128,10 +128,8 @@ def _started() -> subprocess.Popen:
         return _proc
     if _proc is not None:  # it died (SIGKILL): the jobs it followed replay at their drain
         _kill(_proc)
-    import sweeps  # its package folder goes first on the child's path: the same code as this process
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(sweeps.__file__).parents[1]), env.get("PYTHONPATH")]))
+    env = dict(os.environ)  # the folder holding this package goes first on its path: the same code as here
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
     # its own session: a Ctrl-C in the terminal stops the jobs, which then drain it; it ends when stdin closes
     _proc = subprocess.Popen([sys.executable, "-m", "sweeps.tracking.relay_process"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, env=env, start_new_session=True)
