@@ -1,9 +1,15 @@
 """A job's per-epoch records: an append-only journal, the run's metrics, and the console rows.
 
 Each record costs O(1) whatever the job's length: one JSON line appended to the journal (flushed
-to the OS, so it survives a killed process), one queued batch of metrics for the background
-MLflow writer, and at most one console row per ``log_every_s`` seconds (the first and last epoch
-are always shown). Nothing here touches the device or blocks on the store.
+to the OS, so it survives a killed process), and at most one console row per ``log_every_s``
+seconds (the first and last epoch are always shown). Its metrics go to MLflow two ways: the
+first :data:`~sweeps.tracking.relay.HANDOFF_EPOCHS` epochs are queued on the run's in-process
+:class:`~sweeps.tracking.writer.RunWriter` (as are all of a job that ends within
+:data:`~sweeps.tracking.relay.HANDOFF_REMAINING` epochs after that); then the
+journal is handed to the writer process (:mod:`sweeps.tracking.relay`), which tails it, so a
+later epoch costs the training process nothing beyond its line. Without a journal (none asked, or
+a full disk stopped it) every epoch is queued in-process. Nothing here touches the device or
+blocks on the store.
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import time
 from pathlib import Path
 
 from sweeps import names
+from sweeps.tracking import relay
 from sweeps.tracking.console import EpochTable
 
 JOURNAL = "epochs.jsonl"  # a run's per-epoch records, in its folder beside its checkpoints
@@ -46,6 +53,10 @@ class EpochLog:
         self._hidden = 0  # rows not printed since the last printed one
         self._file = None
         self.off = ""  # why the journal stopped (a full disk)
+        self.journal = journal
+        self.relayed = False  # the journal was handed to the writer process
+        self._journaled_through = 0  # the last epoch whose line the journal holds whole
+        self._appended = 0  # records appended by this process
         if journal is not None:
             journal.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(journal, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
@@ -53,14 +64,21 @@ class EpochLog:
     def append(self, rec: dict) -> None:
         """Record one epoch (see the module docstring)."""
         self.records.append(rec)
+        self._appended += 1
         if self._file is not None:
             try:
                 self._file.write(_line(rec))
                 self._file.flush()
+                self._journaled_through = rec["epoch"]
             except OSError as e:  # a full disk ends the journal, not the measurement
-                self._journal_failed(e)
-        if self.writer is not None and rec["epoch"] > self.logged_through:
+                self._journal_failed(e)  # this epoch's line is torn (no newline): the writer process skips it
+        if self.writer is not None and rec["epoch"] > self.logged_through and not (self.relayed and self._file):
             self.writer.log_metrics({k: v for k, v in rec.items() if "/" in k}, step=rec["epoch"])
+            if self._file is not None and self._appended >= relay.HANDOFF_EPOCHS and not self.relayed and (
+                    self.last_epoch is None or self.last_epoch - rec["epoch"] >= relay.HANDOFF_REMAINING):
+                # later epochs: the writer process reads them from the journal, from here on
+                self.relayed = relay.follow(self.writer.run_id, self.writer.client.tracking_uri, self.journal,
+                                            self._file.tell(), rec["epoch"])
         self._console(rec)
 
     def _journal_failed(self, e: OSError) -> None:
@@ -98,13 +116,30 @@ class EpochLog:
         return self.table.csv(self.records)
 
     def close(self) -> None:
-        """Close the journal (idempotent)."""
+        """Close the journal, then (once handed over) wait for the writer process to send the rest
+        of it; where that fails (the process died, the store stayed down) the run's missing values
+        are replayed in-process from the records, each once (:meth:`RunWriter.replay`). Idempotent;
+        never raises."""
         if self._file is not None:
             try:
                 self._file.close()
             except OSError as e:  # the last buffered line met a full disk
                 self._journal_failed(e)
             self._file = None
+        if not self.relayed:
+            return
+        self.relayed = False
+        done = relay.drain(self.writer.run_id, self._journaled_through)
+        if done.ok and not done.lost:
+            log.debug("MLflow: the writer process sent %d metric value(s) of run %s", done.sent, self.writer.run_id)
+            return
+        log.warning("MLflow: the writer process %s; sending the missing epochs from the journal in-process",
+                    f"could not send {done.lost} value(s)" if done.ok else "ended before it was done")
+        try:
+            self.writer.replay(self.records)
+        except Exception as e:  # noqa: BLE001 (the journal and epochs.csv still hold every epoch)
+            log.warning("MLflow: replay failed (%s: %s); epochs.csv and %s hold every epoch", type(e).__name__, e,
+                        self.journal)
 
 
 def _line(rec: dict) -> str:

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from sweeps import names
 from sweeps.data import DataSpec
-from sweeps.train.noise import HostLoad, spread
+from sweeps.train.noise import MIN_WINDOW_S, HostLoad, spread
 from sweeps.train.precision import Precision
 from sweeps.train.timing import PHASES, PhaseTimer, synchronize, wall_clock
 
@@ -161,6 +161,7 @@ class Trainer:
         synchronize(self.device)
         t0 = time.perf_counter() - elapsed_s
         peak_rss, process, host = 0, psutil.Process(), HostLoad()
+        rss_at = -MIN_WINDOW_S  # when the process RSS was last read (perf_counter s)
         for epoch in range(start_epoch, epochs + 1):
             lr = self.optimizer.param_groups[0]["lr"]
             if self.monitor is not None:  # the device is idle here: the last evaluation (or fit) ended synchronized
@@ -178,15 +179,18 @@ class Trainer:
                     rec.update(self.evaluate(test_loader))
                 eval_s = eval_clock["s"]
             self.schedule.step()
+            now = time.perf_counter()
             rec.update({"epoch": epoch, names.TRAIN_LR: lr, names.EPOCH_S: train_clock["s"],
-                        names.EVAL_S: eval_s, names.ELAPSED_S: time.perf_counter() - t0,
+                        names.EVAL_S: eval_s, names.ELAPSED_S: now - t0,
                         names.SAMPLES_PER_S: rec["samples"] / train_clock["s"]})
-            peak_rss = max(peak_rss, process.memory_info().rss)
+            if now - rss_at >= MIN_WINDOW_S or epoch == epochs:  # a read costs ~13 µs: at most every 0.1 s
+                peak_rss, rss_at = max(peak_rss, process.memory_info().rss), now
             rec[names.EPOCH_PEAK_MB] = self.peak_memory_mb(peak_rss)
             on_epoch(rec)
 
     def peak_memory_mb(self, peak_rss: int) -> float:
-        """CUDA: peak allocated by tensors on the device (MB); CPU: process RSS, sampled at epoch ends."""
+        """CUDA: peak allocated by tensors on the device (MB); CPU: process RSS, sampled at epoch
+        ends (at most every ``MIN_WINDOW_S`` = 0.1 s, and after the last epoch)."""
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated(self.device) / 2**20
         return peak_rss / 2**20

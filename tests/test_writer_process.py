@@ -1,0 +1,186 @@
+"""The MLflow writer process on a real sqlite store: after the hand-over a job's epochs cost the
+training process no store call, a writer process killed with SIGKILL mid-job loses nothing, and
+every epoch lands in MLflow exactly once."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from mlflow import MlflowClient
+
+from conftest import runs, store
+from sweeps import names
+from sweeps.tracking import relay
+from sweeps.tracking.epochs import EpochLog, read_journal
+from sweeps.tracking.writer import RunWriter
+
+
+@pytest.fixture
+def handoff(monkeypatch):
+    """Hand a run to the writer process after 3 epochs (not 100), however few are left; the process
+    is ended after the test."""
+    monkeypatch.setattr(relay, "HANDOFF_EPOCHS", 3)
+    monkeypatch.setattr(relay, "HANDOFF_REMAINING", 0)
+    yield
+    relay.stop()
+
+
+def _run(tmp_path) -> tuple[MlflowClient, RunWriter]:
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return client, RunWriter(client, client.create_experiment("w"), "job", None, {})
+
+
+def _record(epoch: int) -> dict:
+    return {"epoch": epoch, names.TRAIN_LOSS: 1.0 / epoch, names.EPOCH_S: 0.001 * epoch, "samples": 10}
+
+
+def _steps(client, run_id, key=names.TRAIN_LOSS) -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(run_id, key))
+
+
+def test_after_the_handoff_an_epoch_makes_no_store_call_in_the_training_process(tmp_path, handoff, monkeypatch):
+    client, writer = _run(tmp_path)
+    log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600, last_epoch=400)
+    for epoch in range(1, 4):
+        log.append(_record(epoch))
+    assert log.relayed and relay.running()
+    writer.flush()  # the 3 in-process epochs; from here on this process sends no metric
+    calls = []
+    real = client.log_batch
+    monkeypatch.setattr(client, "log_batch", lambda *a, **k: (calls.append(k.get("metrics")), real(*a, **k)))
+    for epoch in range(4, 401):
+        log.append(_record(epoch))
+        assert not writer._queue  # nothing queued in this process
+    assert calls == []  # nor sent by it
+    log.close()  # waits for the writer process to have sent the rest (or sends what it could not)
+    writer.end("FINISHED")
+    assert _steps(client, writer.run_id) == list(range(1, 401))
+    assert _steps(client, writer.run_id, names.EPOCH_S) == list(range(1, 401))
+    assert [r["epoch"] for r in read_journal(tmp_path / "run" / "epochs.jsonl")] == list(range(1, 401))
+
+
+def test_a_writer_process_killed_mid_job_loses_nothing_and_logs_each_epoch_once(tmp_path, handoff):
+    client, writer = _run(tmp_path)
+    log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600)
+    for epoch in range(1, 301):
+        log.append(_record(epoch))
+    pid = relay.running()
+    deadline = time.monotonic() + 60
+    while len(_steps(client, writer.run_id)) <= 3 and time.monotonic() < deadline:  # it has sent some
+        time.sleep(0.2)
+    assert len(_steps(client, writer.run_id)) > 3, "the writer process sent nothing in 60 s"
+    os.kill(pid, signal.SIGKILL)  # mid-job: what it read and had not sent dies with it
+    for epoch in range(301, 601):
+        log.append(_record(epoch))
+    log.close()  # finds it dead: replays from the records, checking the run's history
+    writer.end("FINISHED")
+    for key in (names.TRAIN_LOSS, names.EPOCH_S):
+        assert _steps(client, writer.run_id, key) == list(range(1, 601))  # each epoch once
+    # the next job that hands over starts a new writer process
+    _, second = _run(tmp_path / "second")
+    log = EpochLog(second, tmp_path / "second" / "run" / "epochs.jsonl", regression=True, log_every_s=3600)
+    for epoch in range(1, 11):
+        log.append(_record(epoch))
+    assert relay.running() not in (None, pid)
+    log.close()
+    second.end("FINISHED")
+    assert _steps(second.client, second.run_id) == list(range(1, 11))
+
+
+def test_a_stalled_writer_process_is_taken_over_and_each_epoch_lands_once(tmp_path, handoff, monkeypatch):
+    """A writer process that makes no progress (here SIGSTOP: as if starved of CPU at nice 19)
+    is killed after STALL_S; the job, idle by then, sends the rest itself."""
+    monkeypatch.setattr(relay, "STALL_S", 1.0)
+    client, writer = _run(tmp_path)
+    log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600)
+    for epoch in range(1, 201):
+        log.append(_record(epoch))
+    pid = relay.running()
+    os.kill(pid, signal.SIGSTOP)
+    log.close()
+    assert relay.running() is None  # killed: it can send nothing more
+    writer.end("FINISHED")
+    for key in (names.TRAIN_LOSS, names.EPOCH_S):
+        assert _steps(client, writer.run_id, key) == list(range(1, 201))
+
+
+def test_a_job_about_to_end_keeps_its_in_process_queue(tmp_path, handoff, monkeypatch):
+    monkeypatch.setattr(relay, "HANDOFF_REMAINING", 1000)
+    client, writer = _run(tmp_path)
+    log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600, last_epoch=500)
+    for epoch in range(1, 501):
+        log.append(_record(epoch))
+    assert not log.relayed and relay.running() is None  # no process started for it
+    log.close()
+    writer.end("FINISHED")
+    assert _steps(client, writer.run_id) == list(range(1, 501))
+
+
+def test_a_full_disk_after_the_handoff_sends_the_later_epochs_in_process(tmp_path, handoff):
+    client, writer = _run(tmp_path)
+    log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600)
+    for epoch in range(1, 21):
+        log.append(_record(epoch))
+
+    class Full:  # the disk fills up: this epoch's line and every later one are refused
+        name = "epochs.jsonl"
+
+        def write(self, *_):
+            raise OSError(28, "No space left on device")
+
+        flush = close = write
+    log._file = Full()
+    for epoch in range(21, 41):
+        log.append(_record(epoch))
+    assert log.off and writer._queue  # the epochs after the journal stopped are queued in-process
+    log.close()
+    writer.end("FINISHED")
+    assert _steps(client, writer.run_id) == list(range(1, 41))
+
+
+def test_a_long_job_through_the_writer_process_lands_every_epoch_once(in_process, tiny, tmp_path, handoff):
+    assert in_process([*tiny, "model=mlp", "model.hidden=[16]", "epochs=40", "telemetry.interval_s=0",
+                       "log_every_s=60"]) == "ok"
+    assert relay.running()  # the job handed its run over
+    (run,) = runs(tmp_path)
+    client = store(tmp_path)
+    for key in (names.TRAIN_LOSS, names.EPOCH_S, names.TEST_LOSS):
+        assert _steps(client, run.info.run_id, key) == list(range(1, 41))
+    assert run.data.tags[names.OUTCOME_TAG] == "ok" and run.info.status == "FINISHED"
+
+
+@pytest.mark.slow  # a real `mlflow server`, started twice: ~1 min here
+def test_a_server_down_mid_job_loses_nothing_and_logs_each_epoch_once(tmp_path, handoff):
+    """The tracking server goes away after the hand-over and comes back on the same port and
+    database: the writer process retries, and every epoch lands once."""
+    from test_tracking_server import _start_server, _stop_server
+
+    server, uri = _start_server(tmp_path)
+    try:
+        client = MlflowClient(uri)
+        writer = RunWriter(client, client.create_experiment("w"), "job", None, {})
+        log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600)
+        for epoch in range(1, 101):
+            log.append(_record(epoch))
+        assert log.relayed
+        _stop_server(server)  # down: the writer process's sends fail and are retried
+        for epoch in range(101, 301):
+            log.append(_record(epoch))
+        time.sleep(3)
+        port = int(uri.rsplit(":", 1)[1])
+        import test_tracking_server
+
+        free_port = test_tracking_server._free_port
+        test_tracking_server._free_port = lambda: port  # back on the same address and database
+        try:
+            server, _ = _start_server(tmp_path)
+        finally:
+            test_tracking_server._free_port = free_port
+        log.close()
+        writer.end("FINISHED")
+        for key in (names.TRAIN_LOSS, names.EPOCH_S):
+            assert _steps(client, writer.run_id, key) == list(range(1, 301))
+    finally:
+        _stop_server(server)
