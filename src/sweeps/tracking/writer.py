@@ -85,12 +85,16 @@ class RunWriter:
         ts = _now_ms()
         self._queue.extend(Metric(key, float(v), ts, i) for i, v in enumerate(values, start=1))
 
-    def flush(self) -> None:
-        """Send everything queued now (the caller waits). Never raises."""
+    def flush(self, most: int | None = None) -> None:
+        """Send everything queued now (the caller waits), or at most ``most`` values: the background
+        beat sends what was queued when it woke, so values that keep arriving while a slow server
+        answers never hold it in one endless flush. Never raises."""
         with self._lock:
-            while self._queue:
-                chunk = self._queue[:BATCH]
+            left = len(self._queue) if most is None else most
+            while self._queue and (most is None or left > 0):
+                chunk = self._queue[:BATCH if most is None else min(BATCH, left)]
                 del self._queue[:len(chunk)]  # appends made meanwhile stay queued
+                left -= len(chunk)
                 self._send(chunk)
 
     def replay(self, records: list[dict]) -> int:
@@ -136,7 +140,7 @@ class RunWriter:
             pass
         while not self._wake.wait(self.cadence.wait_s()):
             values, start = len(self._queue), time.monotonic()
-            self.flush()
+            self.flush(values)
             self.cadence.sent(time.monotonic() - start, values, BATCH)
 
     def log_text(self, text: str, name: str) -> None:
