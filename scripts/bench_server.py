@@ -237,8 +237,8 @@ def main() -> None:
     ap.add_argument("--backend", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
     ap.add_argument("--jobs", nargs="+", type=int, default=[60, 120, 250, 500, 750])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--warmup-s", type=float, default=20.0, help="s of epochs before the measured window")
-    ap.add_argument("--window-s", type=float, default=40.0, help="s of steady state measured")
+    ap.add_argument("--warmup-s", type=float, default=60.0, help="s of epochs before the measured window")
+    ap.add_argument("--window-s", type=float, default=120.0, help="s of steady state measured: several send cycles (up to 30 s + latency each)")
     ap.add_argument("--jobs-per-process", type=int, default=125, help="simulated jobs per client process")
     ap.add_argument("--workers", type=int, default=4, help="mlflow server --workers")
     ap.add_argument("--p99-bound-s", type=float, default=30.0,
