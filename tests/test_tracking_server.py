@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -111,4 +112,83 @@ def test_an_overloaded_server_gets_every_epoch_exactly_once(tmp_path):
                 steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
                 assert sorted(steps) == list(range(1, epochs + 1)), (key, len(steps))
     finally:
+        _stop_server(server)
+
+
+
+class _Proxy:
+    """tests/slow_proxy.py in front of a real server (the network boundary): ``delay(s)`` slows
+    every request, ``down()`` / ``up()`` drop and restore the connection (a server restarting)."""
+
+    def __init__(self, upstream: str):
+        self._proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("slow_proxy.py")),
+                                       upstream.rsplit(":", 1)[1]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      text=True)
+        self.uri = f"http://127.0.0.1:{self._proc.stdout.readline().strip()}"
+
+    def _say(self, line: str) -> None:
+        self._proc.stdin.write(line + "\n")
+        self._proc.stdin.flush()
+        assert self._proc.stdout.readline().strip() == "ok"
+
+    def delay(self, seconds: float) -> None:
+        self._say(f"delay {seconds}")
+
+    def down(self) -> None:
+        self._say("down")
+
+    def up(self) -> None:
+        self._say("up")
+
+    def close(self) -> None:
+        self._proc.kill()
+        self._proc.wait()
+
+
+@pytest.mark.slow  # server start-up plus ~30-60 s of logging through a slowed, then dropped, connection
+def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_backs_off(tmp_path, monkeypatch):
+    """The writer's beat follows the server: sends that take over 0.5 s stretch it well past the
+    quick 2 s (fewer, larger batches), a server that drops every connection for a while is waited
+    out, and every value of every epoch reaches the store exactly once."""
+    from sweeps.tracking.writer import FLUSH_S, RunWriter
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the writer's own retries, not urllib3's
+    server, uri = _start_server(tmp_path)
+    proxy = _Proxy(uri)
+    try:
+        client = MlflowClient(proxy.uri)
+        writer = RunWriter(client, client.create_experiment("slow"), "job", None, {})
+        sends = []  # seconds each background send of queued values took, as the writer's cadence is told
+        noted = writer.cadence.sent
+        writer.cadence.sent = lambda seconds, values, batch: (values and sends.append(seconds),
+                                                              noted(seconds, values, batch))
+        keys = [f"train/m{i}" for i in range(15)]
+        epoch = 0
+
+        def epochs(until) -> None:
+            nonlocal epoch
+            deadline = time.monotonic() + 180  # bounded, however loaded the machine
+            while not until() and time.monotonic() < deadline:
+                epoch += 1
+                writer.log_metrics({k: epoch + i for i, k in enumerate(keys)}, step=epoch)
+                time.sleep(0.1)
+
+        proxy.delay(0.5)
+        epochs(lambda: len(sends) >= 3)  # three sends, each slowed by >= 0.5 s
+        assert len(sends) >= 3 and min(sends) >= 0.5
+        assert writer.cadence.beat_s > 1.5 * FLUSH_S  # backed off: ~10 x the slow sends' latency
+        proxy.delay(0)
+        proxy.down()  # the server goes away mid-job ...
+        until = time.monotonic() + 6
+        epochs(lambda: time.monotonic() > until)
+        proxy.up()  # ... and comes back
+        until = time.monotonic() + 2
+        epochs(lambda: time.monotonic() > until)
+        writer.end("FINISHED")  # the end-of-job flush sends the rest at once
+        assert writer.lost == 0
+        for key in keys:
+            steps = [m.step for m in MlflowClient(uri).get_metric_history(writer.run_id, key)]
+            assert sorted(steps) == list(range(1, epoch + 1)), (key, len(steps), epoch)
+    finally:
+        proxy.close()
         _stop_server(server)

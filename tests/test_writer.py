@@ -120,3 +120,18 @@ def test_epochs_csv_has_every_column_of_every_epoch(in_process, tiny, tmp_path):
     assert [bool(r[names.TEST_LOSS]) for r in table] == [False, True, False, True]
     losses = {int(m.step): m.value for m in store(tmp_path).get_metric_history(run.info.run_id, names.TEST_LOSS)}
     assert {int(r["epoch"]): float(r[names.TEST_LOSS]) for r in table if r[names.TEST_LOSS]} == losses
+
+
+def test_the_background_beat_sends_what_was_queued_when_it_woke_and_leaves_later_values_queued(tmp_path):
+    """A slow server and values that keep arriving never hold the sender in one endless flush: it
+    sends what was queued when it woke (``flush(most)``) and waits its beat; the end flush sends all."""
+    client, exp = _client(tmp_path)
+    w = RunWriter(client, exp, "job", None, {})
+    w._wake.set()  # no background sends: this test is the beat
+    w._thread.join()
+    for epoch in range(1, 6):
+        w.log_metrics({"train/loss": 1.0 / epoch}, step=epoch)
+    w.flush(3)
+    assert _steps(client, w.run_id) == [1, 2, 3] and len(w._queue) == 2
+    w.end("FINISHED")
+    assert _steps(client, w.run_id) == [1, 2, 3, 4, 5]

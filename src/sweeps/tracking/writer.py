@@ -1,9 +1,9 @@
 """A job's MLflow run as a writer: params, tags, metrics, text and binary artifacts, end status.
 
 Metrics are queued and sent from a background thread in batches (``log_batch``, at most
-:data:`BATCH` values a call, every :data:`FLUSH_S` seconds), so a job pays a list append per
-epoch, not a round trip to the store: a 10,000-epoch job of 1 ms epochs makes a few hundred
-calls, not 10,000. :meth:`RunWriter.flush` sends everything queued and is called on every way a
+:data:`BATCH` values a call, every :data:`FLUSH_S` seconds, or less often when the server is slow:
+:mod:`sweeps.tracking.cadence`), so a job pays a list append per epoch, not a round trip to the
+store: a 10,000-epoch job of 1 ms epochs makes a few hundred calls, not 10,000. :meth:`RunWriter.flush` sends everything queued and is called on every way a
 job ends; a failed send is retried with backoff (connection errors, 5xx, a busy server's
 "QueuePool limit" 400) and never fails the job — what still cannot be sent is reported once.
 
@@ -25,10 +25,11 @@ from mlflow.entities import Metric, Param, RunTag
 
 from sweeps import names
 from sweeps.errors import brief
+from sweeps.tracking.cadence import Cadence
 from sweeps.tracking.store import quiet_sqlite
 
 log = logging.getLogger("sweeps")
-FLUSH_S = 2.0  # seconds between background sends of queued metrics
+FLUSH_S = 2.0  # seconds between background sends of queued metrics while the server is quick
 BATCH = 1000  # MLflow's log_batch limit on metrics per call
 RETRIES = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # s to wait before each retry of a failed send
 
@@ -52,6 +53,7 @@ class RunWriter:
         self._wake = threading.Event()
         self._closed = False
         self.lost = 0  # metric values that could not be sent after every retry
+        self.cadence = Cadence(floor_s=FLUSH_S)  # the background beat: backs off as sends slow down
         self._thread = threading.Thread(target=self._loop, name="sweeps-mlflow-writer", daemon=True)
         self._thread.start()
 
@@ -83,12 +85,16 @@ class RunWriter:
         ts = _now_ms()
         self._queue.extend(Metric(key, float(v), ts, i) for i, v in enumerate(values, start=1))
 
-    def flush(self) -> None:
-        """Send everything queued now (the caller waits). Never raises."""
+    def flush(self, most: int | None = None) -> None:
+        """Send everything queued now (the caller waits), or at most ``most`` values: the background
+        beat sends what was queued when it woke, so values that keep arriving while a slow server
+        answers never hold it in one endless flush. Never raises."""
         with self._lock:
-            while self._queue:
-                chunk = self._queue[:BATCH]
+            left = len(self._queue) if most is None else most
+            while self._queue and (most is None or left > 0):
+                chunk = self._queue[:BATCH if most is None else min(BATCH, left)]
                 del self._queue[:len(chunk)]  # appends made meanwhile stay queued
+                left -= len(chunk)
                 self._send(chunk)
 
     def replay(self, records: list[dict]) -> int:
@@ -132,8 +138,10 @@ class RunWriter:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         except (AttributeError, OSError):
             pass
-        while not self._wake.wait(FLUSH_S):
-            self.flush()
+        while not self._wake.wait(self.cadence.wait_s()):
+            values, start = len(self._queue), time.monotonic()
+            self.flush(values)
+            self.cadence.sent(time.monotonic() - start, values, BATCH)
 
     def log_text(self, text: str, name: str) -> None:
         self.client.log_text(self.run_id, text, name)
