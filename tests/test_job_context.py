@@ -145,6 +145,9 @@ def test_resume_from_an_older_checkpoint_never_logs_a_step_twice(tmp_path, in_pr
     for key in ("train/loss", "time/epoch_s"):
         steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, key)]
         assert sorted(steps) == [1, 2, 3, 4, 5, 6], key  # epoch 4 ran twice, is logged once
+    for key in run.data.metrics:  # the summaries too (step 0): logged once, when the job really ended
+        steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, key)]
+        assert len(steps) == len(set(steps)), (key, steps)
 
 
 def test_a_storm_of_signals_while_closing_is_noted_never_raised(tmp_path, in_process, monkeypatch):
