@@ -223,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {p['kind']}: skipped ({e})", flush=True)
             kinds = [k for k in kinds if k != p["kind"]] or kinds
             continue
+        except Exception as e:  # noqa: BLE001 (the store or a check broke: that is a finding, not the end)
+            hit, what = True, f"the checks failed ({type(e).__name__})"
+            tally.violations.append(f"checking failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
         (injected if hit else missed)[p["kind"]] += 1
         new = tally.violations[before:]
         for v in new:

@@ -185,3 +185,35 @@ def test_a_signal_after_the_last_epoch_keeps_the_job_ok(tmp_path, in_process, mo
     assert run.info.status == "FINISHED" and run.data.tags["outcome"] == "ok", run.data.tags
     assert [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, "train/loss")] == [1, 2, 3]
     assert "no job was left to run" in cli.interrupted_message("SIGINT")  # a single run: nothing to rerun
+
+
+def test_a_signal_while_the_store_is_created_leaves_a_store_the_next_start_opens(tmp_path, monkeypatch):
+    """Ctrl-C in the middle of MLflow's migration of a brand-new sqlite store (found by
+    scripts/chaos.py, seed 2311 fault 10): the store is still created whole and the signal raised
+    right after (130, one line), so the next start opens it — a cut-short migration left one that
+    every later start refused ('table … already exists')."""
+    import mlflow.store.db.utils as db_utils
+    from sqlalchemy import event
+
+    from conftest import cli_in_process
+
+    real = db_utils._upgrade_db
+
+    def upgrade_cut_short(engine):
+        statements = iter(range(10**6))
+
+        def after(*args):
+            if next(statements) == 20:  # a few tables in
+                os.kill(os.getpid(), signal.SIGINT)
+        event.listen(engine, "after_cursor_execute", after)
+        try:
+            return real(engine)
+        finally:
+            event.remove(engine, "after_cursor_execute", after)
+    monkeypatch.setattr(db_utils, "_upgrade_db", upgrade_cut_short)
+    first = cli_in_process(TINY, tmp_path, fresh_store=True)
+    assert first.returncode == 130, first.stderr[-2000:]
+    assert first.stderr.strip().splitlines()[-1] == "sweeps: interrupted by SIGINT before any job ran"
+    monkeypatch.setattr(db_utils, "_upgrade_db", real)
+    again = cli_in_process(TINY, tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
