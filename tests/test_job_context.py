@@ -91,6 +91,32 @@ def test_sigint_during_the_checkpoint_write_leaves_no_partial_file(tmp_path, in_
     assert not list((tmp_path / "checkpoints").rglob(".tmp-*")), "a half-written checkpoint was left behind"
 
 
+def test_sigterm_inside_torch_save_ends_the_job_killed_not_error(tmp_path, in_process, monkeypatch):
+    """The signal lands while torch.save is writing (found by scripts/chaos.py, seed 2311 fault
+    15): torch wraps the raised exception in its own RuntimeError ('enforce fail at
+    inline_container.cc'), which must still read as the kill it is."""
+    real_save = checkpoint.torch.save
+
+    class Interrupting:
+        def __init__(self, f):
+            self.f, self.writes = f, 0
+
+        def write(self, data):
+            self.writes += 1
+            if self.writes == 2:  # in the middle of the archive
+                os.kill(os.getpid(), signal.SIGTERM)
+            return self.f.write(data)
+
+        def flush(self):
+            self.f.flush()
+
+    monkeypatch.setattr(checkpoint.torch, "save", lambda obj, f: real_save(obj, Interrupting(f)))
+    with pytest.raises(KeyboardInterrupt):
+        in_process(TINY)
+    _assert_killed(tmp_path, "SIGTERM")
+    assert not list((tmp_path / "checkpoints").rglob(".tmp-*"))
+
+
 def test_signal_while_the_job_finishes_keeps_its_real_outcome(tmp_path, in_process, monkeypatch):
     _signal_on(monkeypatch, EpochLog, "csv", signal.SIGINT)  # epochs.csv is written while finishing
     with pytest.raises(KeyboardInterrupt):
