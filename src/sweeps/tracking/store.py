@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -79,12 +80,15 @@ def quiet_sqlite() -> None:
     _quiet.append(True)
 
 
-def prepare(cfg: DictConfig) -> tuple[MlflowClient, str]:
+def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -> tuple[MlflowClient, str]:
     """Client for the store and the experiment id, creating DB and experiment if needed.
 
     A brand-new sqlite DB migrated by several processes at once fails, so creation is serialized
     by a lock file beside the DB; a tracking server is asked for ``/health`` first, so an
-    unreachable one fails in seconds instead of MLflow's minutes of retries.
+    unreachable one fails in seconds instead of MLflow's minutes of retries. ``hold`` (the
+    launcher's :func:`sweeps.launch.signals.held`) wraps the sqlite store's opening under that
+    lock: MLflow's migration cut short by a signal leaves a DB no later start opens ("table …
+    already exists"), so a signal then waits until the store is whole.
 
     Raises:
         UsageError: the store cannot be opened or the server does not answer (one line).
@@ -101,7 +105,7 @@ def prepare(cfg: DictConfig) -> tuple[MlflowClient, str]:
     try:
         if uri.startswith("sqlite:///"):
             path = uri[len("sqlite:///"):].split("?", 1)[0]
-            with FileLock(path + ".lock", timeout=120):
+            with FileLock(path + ".lock", timeout=120), hold():
                 opened = _experiment(MlflowClient(uri), cfg.mlflow.experiment)
             _check_writable(path)
             return opened

@@ -54,6 +54,7 @@ class RunWriter:
         self._closed = False
         self.lost = 0  # metric values that could not be sent after every retry
         self.cadence = Cadence(floor_s=FLUSH_S)  # the background beat: backs off as sends slow down
+        self._summary: dict[str, float] = {}  # a reopened run's values so far: not logged again at step 0
         self._thread = threading.Thread(target=self._loop, name="sweeps-mlflow-writer", daemon=True)
         self._thread.start()
 
@@ -66,6 +67,7 @@ class RunWriter:
         job._init(client, run_id)
         if reopen:
             client.update_run(run_id, status="RUNNING")
+            job._summary = dict(client.get_run(run_id).data.metrics)
         return job
 
     def log_params(self, params: dict[str, Any]) -> None:
@@ -75,9 +77,12 @@ class RunWriter:
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        """Queue ``metrics`` at ``step`` (O(1) per value; sent by the background thread)."""
+        """Queue ``metrics`` at ``step`` (O(1) per value; sent by the background thread). In a
+        reopened run (a resumed job) a step-0 value the run already holds (batch size, lr, FLOPs
+        logged again at its restart) is not logged twice."""
         ts = _now_ms()
-        batch = [Metric(k, float(v), ts, step) for k, v in metrics.items() if v is not None]
+        batch = [Metric(k, float(v), ts, step) for k, v in metrics.items()
+                 if v is not None and not (step == 0 and self._summary.get(k) == float(v))]
         self._queue.extend(batch)  # list.extend is atomic under the GIL: no lock on the hot path
 
     def log_series(self, key: str, values: list[float]) -> None:

@@ -96,6 +96,10 @@ class Checkpoints:
             # torch.save reports a write that fails past its buffer as RuntimeError ("enforce fail
             # at inline_container.cc … unexpected pos") with the OSError as its context
             cause = e if isinstance(e, OSError) else e.__context__
+            if isinstance(cause, KeyboardInterrupt):  # a signal landed inside torch.save: a kill, not an error
+                if tmp is not None:
+                    Path(tmp).unlink(missing_ok=True)
+                raise cause from None
             if not isinstance(cause, OSError):
                 raise
             if tmp is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 import hydra
@@ -70,6 +71,22 @@ def _interrupted(name: str) -> None:
     sys.exit(143 if name == "SIGTERM" else 130)
 
 
+def _job_process_died(exc: BaseException) -> None:
+    """A job's own process (``hydra/launcher=gpu_pool``: joblib's workers) died without a word —
+    SIGKILL, the kernel's OOM killer: close the sweep's parent run KILLED, say so in one line, exit
+    1. The job's run, left RUNNING by its dead owner, is closed ``killed`` by the next start (its
+    journal replayed first), which resumes it."""
+    codes = re.search(r"exit codes of the workers are \{(.*?)\}", str(exc))
+    how = f"a job process died ({codes.group(1) if codes else 'killed'})"
+    with signals.held():
+        sweep.interrupted(how)
+        print(f"sweeps: error: {how}; the sweep is KILLED; rerun it to resume that job and run the remaining ones",
+              file=sys.stderr)
+        logging.shutdown()
+    signals.ignore()
+    sys.exit(1)
+
+
 def cli() -> None:
     """Entry point: exit 1 when any job ended in ``error`` (after every job has run); exit 2 with
     one line for bad input (a composition error included); on SIGINT or SIGTERM close the runs as
@@ -91,6 +108,10 @@ def cli() -> None:
         raise
     except KeyboardInterrupt as e:  # Terminated too
         _interrupted(getattr(e, "signal_name", "SIGINT"))
+    except Exception as e:
+        if type(e).__name__ != "TerminatedWorkerError":  # joblib's (not imported here: the start stays light)
+            raise
+        _job_process_died(e)
     if signals.received():  # noted where it could not be raised (or swallowed by a library): still a stop
         _interrupted(signals.name(signals.received()[0]))
     sys.exit(outcome.exit_status())

@@ -106,9 +106,10 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             current().planned_jobs = check_sweep(config)  # every job's values, before the parent run opens and any job starts
-            client, experiment_id = store.prepare(config)
+            client, experiment_id = store.prepare(config, hold=signals.held)  # a new store is created whole
         except UsageError as e:
             stop(e)
+        signals.stop_if_received()  # a signal held while the store was created: raised now
         with signals.held() as pending:  # the parent run is opened whole: a signal is raised after
             try:
                 self._open_parent(config, client, experiment_id)

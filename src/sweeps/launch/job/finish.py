@@ -54,7 +54,13 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     records = job.epochs.records if getattr(job, "epochs", None) is not None else []
     tel = job.telemetry
 
+    # a killed job goes on in this same run when resumed: its job-level summary (step 0) is logged
+    # once, when the run really ends, never twice (its epochs and epochs.csv are all there meanwhile)
+    final = outcome != names.KILLED
+
     def summary() -> None:
+        if not final:
+            return
         metrics = job.task.summarize(records)
         if oom_peak_mb is not None:  # an OOM's peak is higher than any finished epoch's
             metrics[names.PEAK_MB] = max(oom_peak_mb, metrics.get(names.PEAK_MB, 0.0))
@@ -65,7 +71,8 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
             job.writer.set_tags({names.TELEMETRY_TAG: "off (the job ended before its device was ready)"})
             return
         tel.stop()
-        job.writer.log_metrics(tel.summary(sum(r.get("samples", 0) for r in records)))
+        if final:
+            job.writer.log_metrics(tel.summary(sum(r.get("samples", 0) for r in records)))
         job.writer.set_tags(tel.tags())
         if tel.rows:
             job.writer.log_text(tel.csv(), "telemetry.csv")

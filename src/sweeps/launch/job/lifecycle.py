@@ -210,7 +210,8 @@ def run(cfg: DictConfig) -> str:
                          "scatter per job: leave it false (paths are resolved from where sweeps starts)")
     name, choices, multirun = _hydra_context()
     task = create(cfg)
-    client, experiment_id = store.prepare(cfg)
+    client, experiment_id = store.prepare(cfg, hold=signals.held)  # a new store is created whole
+    signals.stop_if_received()  # a signal held while the store was created: raised now
     if not multirun:  # a sweep does this once, in its callback
         resume.mark_stale(client, experiment_id, cfg.checkpoint.dir)
     identity = {names.DATA_TAG: data_fingerprint(cfg.dataset), names.HARDWARE_TAG: hardware(cfg.device.name)}

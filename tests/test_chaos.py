@@ -1,0 +1,71 @@
+"""Fault injection: the seeded run of ``scripts/chaos.py`` finds no violation, and what it found
+once stays fixed — a job's own process killed under ``hydra/launcher=gpu_pool`` stops the sweep
+with one line (no joblib traceback), and the rerun resumes it."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, TEST_CONF, StartedCli, run_cli, runs
+from sweeps import names
+
+
+@pytest.mark.slow  # ~20-40 min on 2 shared cores: 22 real sweeps, each faulted, rerun and checked
+def test_chaos_run_finds_no_violation(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))}
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "chaos.py"), "--faults", "22", "--seed", "2311",
+                           "--out", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    out = proc.stdout
+    assert "violations: 0" in out and proc.returncode == 0, out[-4000:] + proc.stderr[-2000:]
+    injected = re.search(r"^faults injected: (\d+) \((.*)\)$", out, re.M)
+    assert injected, out[-2000:]
+    kinds = dict(part.rsplit(" ", 1) for part in injected.group(2).split(", "))
+    assert int(injected.group(1)) >= 15 and len(kinds) >= 4, out[-2000:]  # a few land after their sweep ended
+    assert int(re.search(r"^invariants checked: (\d+)$", out, re.M).group(1)) > 22 * 20
+
+
+def _job_processes(pid: int) -> list[int]:
+    """The loky workers (joblib's job processes) below process ``pid``."""
+    out = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if b"popen_loky" in cmdline.read_bytes():
+                stat = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(stat[1]) == pid:
+                    out.append(int(cmdline.parent.name))
+        except (OSError, IndexError):
+            continue
+    return out
+
+
+@pytest.mark.slow  # two pool workers import torch, then a rerun: ~1-2 min on 2 cores
+def test_a_killed_job_process_stops_the_sweep_in_one_line_and_the_rerun_resumes(tmp_path):
+    args = ["-m", "hydra/launcher=gpu_pool", "hydra.launcher.n_jobs=2", "model=slow", "dataset=synthetic",
+            "dataset.shape=[1,8,8]", "dataset.train_size=256", "dataset.test_size=32", "batch=32", "device=cpu",
+            "epochs=15", "seed=1,2", "telemetry.interval_s=0", "checkpoint.every_epochs=1", TEST_CONF]
+    started = StartedCli(args, tmp_path, timeout=300)
+    deadline = time.monotonic() + 240
+    while not list((tmp_path / "checkpoints").glob("*/*/epoch_*.pt")):  # a job is mid-run in its own process
+        assert started.proc.poll() is None and time.monotonic() < deadline, started.result().stderr[-2000:]
+        time.sleep(0.1)
+    victims = _job_processes(started.proc.pid)
+    assert victims
+    os.kill(victims[0], signal.SIGKILL)  # as the kernel's OOM killer would
+    proc = started.result()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("sweeps: error: a job process died (SIGKILL(-9))")
+    parent = next(r for r in runs(tmp_path) if r.data.tags.get(names.KIND_TAG) == "sweep")
+    assert parent.info.status == "KILLED"
+    again = run_cli(args, tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    jobs = [r for r in runs(tmp_path) if r.data.tags.get(names.KIND_TAG) != "sweep"]
+    assert all(r.info.status != "RUNNING" for r in runs(tmp_path))
+    ok = [r.data.tags[names.HASH_TAG] for r in jobs if r.data.tags[names.OUTCOME_TAG] == names.OK]
+    assert len(ok) == 2 == len(set(ok))  # each config ok exactly once
