@@ -244,3 +244,29 @@ def test_a_signal_while_the_store_is_created_leaves_a_store_the_next_start_opens
     monkeypatch.setattr(db_utils, "_upgrade_db", real)
     again = cli_in_process(TINY, tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
+
+
+def test_resume_onto_an_immutable_journal_goes_on_without_it(tmp_path, in_process, monkeypatch):
+    """Found by scripts/chaos.py (seed 2311, fault 20): a killed run's journal made immutable
+    (``chattr +i``) before its resume ended the rerun in a traceback with the run left RUNNING.
+    Now the journal is switched off with one warning and the tag, and the job ends ok with every
+    epoch logged once."""
+    import subprocess
+
+    calls, train_epoch = iter(range(100)), Trainer.train_epoch
+    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a, **k: next(calls) == 2)
+    with pytest.raises(KeyboardInterrupt):
+        in_process(TINY)  # epochs 1-2 logged and checkpointed, killed in epoch 3
+    (journal,) = (tmp_path / "checkpoints").rglob("epochs.jsonl")
+    if subprocess.run(["chattr", "+i", str(journal)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not permitted here (needs root on a filesystem with attributes)")
+    try:
+        monkeypatch.setattr(Trainer, "train_epoch", train_epoch)
+        assert in_process(TINY) == "ok"
+    finally:
+        subprocess.run(["chattr", "-i", str(journal)], check=True)
+    run = _the_run(tmp_path)
+    assert run.info.status == "FINISHED" and run.data.tags["resumed"] == "true"
+    assert run.data.tags["sweeps.checkpoints"].startswith("off: cannot append to"), run.data.tags
+    steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, "train/loss")]
+    assert sorted(steps) == [1, 2, 3]

@@ -41,10 +41,17 @@ class EpochLog:
         logged_through: epochs up to this one already have their metrics in the run (a job
             resumed from a checkpoint older than its last logged epoch): their re-run is
             journaled but not sent again, so no step is logged twice.
+        rewrite: first rewrite the journal to hold ``records`` alone (a job resuming from its
+            checkpoint runs the later epochs again).
+
+    A journal that cannot be written (immutable, read-only, a full disk) is switched off with
+    one warning and the ``sweeps.checkpoints`` tag, as when an append fails mid-job: the job goes
+    on, its epochs still reach MLflow and ``epochs.csv``.
     """
 
     def __init__(self, writer, journal: Path | None, regression: bool, log_every_s: float = 0.0,
-                 last_epoch: int | None = None, records: list[dict] | None = None, logged_through: int = 0):
+                 last_epoch: int | None = None, records: list[dict] | None = None, logged_through: int = 0,
+                 rewrite: bool = False):
         self.writer, self.table = writer, EpochTable(regression)
         self.log_every_s, self.last_epoch = log_every_s, last_epoch
         self.records: list[dict] = list(records or [])
@@ -58,8 +65,13 @@ class EpochLog:
         self._journaled_through = 0  # the last epoch whose line the journal holds whole
         self._appended = 0  # records appended by this process
         if journal is not None:
-            journal.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(journal, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+            try:
+                journal.parent.mkdir(parents=True, exist_ok=True)
+                if rewrite:
+                    journal.write_text("".join(map(_line, self.records)), encoding="utf-8")
+                self._file = open(journal, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+            except OSError as e:  # found by scripts/chaos.py: a resume onto an immutable journal
+                self._journal_failed(e)
 
     def append(self, rec: dict) -> None:
         """Record one epoch (see the module docstring)."""
@@ -82,9 +94,10 @@ class EpochLog:
         self._console(rec)
 
     def _journal_failed(self, e: OSError) -> None:
-        name = getattr(self._file, "name", "the journal")
+        name = self.journal or "the journal"
         try:
-            self._file.close()
+            if self._file is not None:
+                self._file.close()
         except OSError:
             pass
         self._file = None
@@ -144,14 +157,6 @@ class EpochLog:
 
 def _line(rec: dict) -> str:
     return json.dumps(rec, separators=(",", ":")) + "\n"
-
-
-def truncate_journal(path: Path, up_to_epoch: int) -> list[dict]:
-    """Keep only the records through epoch ``up_to_epoch`` (a job resuming from that checkpoint
-    runs the later ones again); returns them."""
-    records = read_journal(path, up_to_epoch)
-    path.write_text("".join(map(_line, records)), encoding="utf-8")
-    return records
 
 
 def read_journal(path: Path, up_to_epoch: int | None = None) -> list[dict]:

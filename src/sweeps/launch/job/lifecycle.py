@@ -32,7 +32,7 @@ from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import inputs, naming, resume, store
 from sweeps.data.fingerprint import data_fingerprint
 from sweeps.tracking.env import environment_tags, fingerprint_json, hardware
-from sweeps.tracking.epochs import JOURNAL, EpochLog, truncate_journal
+from sweeps.tracking.epochs import JOURNAL, EpochLog, read_journal
 from sweeps.tracking.writer import RunWriter
 from sweeps.train.checkpoint import Checkpoints
 
@@ -114,7 +114,7 @@ class JobRun:
                 self.writer.set_tags({names.PARENT_RUN_TAG: parent, names.PREVIOUS_PARENT_TAG: before or ""})
                 self.client.update_run(self.writer.run_id, name=naming.with_id(self._title(), parent))
             self.first_epoch = self.resume_state["epoch"] + 1
-            records = truncate_journal(run_dir / JOURNAL, self.resume_state["epoch"])
+            records = read_journal(run_dir / JOURNAL, self.resume_state["epoch"])  # EpochLog cuts the rest
             self.writer.replay(records)  # what the killed process still had queued
             logged_through = max((m.step for m in self.client.get_metric_history(self.writer.run_id, names.EPOCH_S)),
                                  default=0)
@@ -132,7 +132,7 @@ class JobRun:
         self.checkpoints = Checkpoints(run_dir, cfg.checkpoint.every_epochs, cfg.checkpoint.keep,
                                        cfg.checkpoint.every_s)
         self.epochs = EpochLog(self.writer, run_dir / JOURNAL, self.task.regression, cfg.log_every_s,
-                               cfg.epochs, records, logged_through)
+                               cfg.epochs, records, logged_through, rewrite=self.resume_state is not None)
         launchers.current().on_open(self)  # under Slurm: its job id tags, requeue time lost, checkpoint-then-requeue
         if data is not None:
             self.writer.log_metrics({names.BATCH_SIZE: data.batch, names.LR: data.lr})
