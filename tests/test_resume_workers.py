@@ -33,6 +33,7 @@ def _curve(cwd, overrides) -> list[float]:
     return [m.value for m in sorted(history, key=lambda m: m.step)], run
 
 
+@pytest.mark.slow  # two DataLoader worker processes, twice (~5 s)
 def test_resume_with_workers_reproduces_the_loss_curve(tmp_path, monkeypatch):
     workers = 2
     _folder(tmp_path / "data")

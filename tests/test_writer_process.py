@@ -89,6 +89,7 @@ def test_a_writer_process_killed_mid_job_loses_nothing_and_logs_each_epoch_once(
     assert _steps(second.client, second.run_id) == list(range(1, 11))
 
 
+@pytest.mark.slow  # starts a writer process (~3 s): the default suite keeps the kill -9 and no-store-call tests
 def test_a_stalled_writer_process_is_taken_over_and_each_epoch_lands_once(tmp_path, handoff, monkeypatch):
     """A writer process that makes no progress (here SIGSTOP: as if starved of CPU at nice 19)
     is killed after STALL_S; the job, idle by then, sends the rest itself."""
@@ -118,6 +119,7 @@ def test_a_job_about_to_end_keeps_its_in_process_queue(tmp_path, handoff, monkey
     assert _steps(client, writer.run_id) == list(range(1, 501))
 
 
+@pytest.mark.slow  # starts a writer process (~3 s): the default suite keeps the kill -9 and no-store-call tests
 def test_a_full_disk_after_the_handoff_sends_the_later_epochs_in_process(tmp_path, handoff):
     client, writer = _run(tmp_path)
     log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600)
@@ -140,6 +142,7 @@ def test_a_full_disk_after_the_handoff_sends_the_later_epochs_in_process(tmp_pat
     assert _steps(client, writer.run_id) == list(range(1, 41))
 
 
+@pytest.mark.slow  # starts a writer process (~3 s): the default suite keeps the kill -9 and no-store-call tests
 def test_a_long_job_through_the_writer_process_lands_every_epoch_once(in_process, tiny, tmp_path, handoff):
     assert in_process([*tiny, "model=mlp", "model.hidden=[16]", "epochs=40", "telemetry.interval_s=0",
                        "log_every_s=60"]) == "ok"
