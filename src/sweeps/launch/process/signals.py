@@ -49,6 +49,14 @@ def install() -> None:
         signal.signal(s, _first)
 
 
+def note_only() -> None:
+    """Note SIGINT and SIGTERM from now on, never raise them (in the main thread): the sweep has
+    returned and its exit status is being decided; the caller reads :func:`received`."""
+    if threading.current_thread() is threading.main_thread():
+        for s in SIGNALS:
+            signal.signal(s, _note)
+
+
 def ignore() -> None:
     """Ignore SIGINT and SIGTERM from now on (in the main thread): the process has decided its exit
     status and is leaving. Python's shutdown puts a Python-level handler back to the default
