@@ -15,7 +15,7 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
   MNIST test split of ../shared/data (10,000 real digits, used as both splits: the training split
   is not on this machine) — median epoch vs a bare loop over the same tensors (target ≤ 1.05×),
   and the job's wall for 3 epochs vs bare loop + fixed start-up (target ≤ 1.15×).
-- start-up: a 10-job sweep of 1-epoch tiny jobs, (sweep wall − Σ training) ÷ 10 (target ≤ 1.0 s).
+- start-up: the fixed cost of one more job in a sweep (scripts/bench_fixed_cost.py, target ≤ 0.5 s).
 """
 from __future__ import annotations
 
@@ -183,21 +183,12 @@ def study4(repeats: int) -> None:
 
 
 # ── start-up ─────────────────────────────────────────────────────────────────────────────────
-TINY = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=256",
-        "dataset.test_size=64", "batch=64", "epochs=1", "device=cpu"]
+def startup(repeats: int) -> None:
+    """The fixed cost of one more job in a sweep: :func:`bench_fixed_cost.marginal` (one
+    definition, one script; ``python scripts/bench_fixed_cost.py`` also breaks it down)."""
+    from bench_fixed_cost import marginal  # beside this script: sys.path[0] when run as a script
 
-
-def startup(repeats: int, jobs: int = 10) -> None:
-    print(f"\n## fixed start-up: a {jobs}-job sweep of 1-epoch tiny jobs")
-    per_job = []
-    for _ in range(repeats):
-        with tempfile.TemporaryDirectory() as tmp:
-            wall, client = sweeps_job(["-m", f"seed=range(0,{jobs})", *TINY], Path(tmp))
-            exp = client.get_experiment_by_name("sweeps")
-            children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
-            training = sum(r.data.metrics.get("time/total_s", 0.0) for r in children)
-            per_job.append((wall - training) / jobs)
-    print(f"(sweep wall − Σ training) ÷ {jobs}: {spread(per_job, '{:.2f}')} s per job (target ≤ 1.0)")
+    marginal(repeats)
 
 
 def main() -> None:
