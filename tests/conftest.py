@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from sweeps.tracking.store import open_client
+
 import process_state
 
 TESTS = Path(__file__).resolve().parent
@@ -26,8 +28,10 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 600) -> subprocess.Comp
 
 
 def store(cwd: Path) -> MlflowClient:
-    """Client on the default store a run in ``cwd`` writes: sqlite:///<cwd>/mlruns/mlflow.db."""
-    return MlflowClient(f"sqlite:///{cwd / 'mlruns' / 'mlflow.db'}")
+    """Client on the default store a run in ``cwd`` writes: sqlite:///<cwd>/mlruns/mlflow.db,
+    opened the way a reader opens it while a sweep may be creating it (polling a sweep that runs
+    in the background once raced its creation of the DB: "table spans already exists")."""
+    return open_client(f"sqlite:///{cwd / 'mlruns' / 'mlflow.db'}")
 
 
 def runs(cwd: Path, experiment: str = "sweeps") -> list:

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from mlflow import MlflowClient
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -92,7 +91,7 @@ class _Watcher(threading.Thread):
         while time.monotonic() < deadline and not self.seen:
             time.sleep(0.2)
             try:
-                client = client or MlflowClient(f"sqlite:///{self.cwd / 'mlruns' / 'mlflow.db'}")
+                client = client or store(self.cwd)  # under the lock a job creates the DB with
                 (run,) = client.search_runs([client.get_experiment_by_name("sweeps").experiment_id])
                 steps = {m.step for m in client.get_metric_history(run.info.run_id, "train/loss")}
             except Exception:  # the store or the run is not there yet

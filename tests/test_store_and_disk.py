@@ -148,3 +148,39 @@ def test_a_store_locked_longer_than_sqlites_default_wait_is_waited_for_quietly(t
     assert [m.value for m in client.get_metric_history(writer.run_id, "train/loss")] == [1.0]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert writer.lost == 0
+
+
+def _open_new_store(uri: str, as_job: bool, start, errors) -> None:
+    """In a forked process: wait for the others, then open the store as a job or as a reader."""
+    from omegaconf import OmegaConf
+
+    from sweeps.tracking import store as tracking_store
+
+    start.wait()
+    try:
+        if as_job:
+            tracking_store.prepare(OmegaConf.create({"mlflow": {"tracking_uri": uri, "experiment": "sweeps"}}))
+        else:
+            tracking_store.open_client(uri).search_runs(["0"])
+    except BaseException as e:  # noqa: BLE001 - the parent asserts on it
+        errors.put(f"{'job' if as_job else 'reader'}: {type(e).__name__}: {e}"[:300])
+
+
+def test_a_reader_polling_a_store_that_jobs_are_creating_breaks_neither(tmp_path):
+    # the Slurm test's poll of a background sweep once migrated the brand-new DB at the same time
+    # as the sweep, which then stopped on "table spans already exists"
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")  # mlflow is already imported here: the processes start at once
+    uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    (tmp_path / "mlruns").mkdir()
+    start, errors = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_open_new_store, args=(uri, i % 2 == 0, start, errors)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    failed = [errors.get(timeout=1) for _ in range(errors.qsize())] if not errors.empty() else []
+    assert not failed, failed
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert [e.name for e in store(tmp_path).search_experiments()].count("sweeps") == 1

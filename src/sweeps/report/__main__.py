@@ -23,7 +23,7 @@ from sweeps.report.runs import find_sweep, history, load_jobs, max_batches, vari
 from sweeps.report.tables import (COMPARE_KEYS, comparison, inference_table, max_batch_table, reference_tables,
                                   scaling_efficiency)
 from sweeps.report.selection import Selection, select_jobs
-from sweeps.tracking.store import resolve_uri
+from sweeps.tracking.store import open_client, resolve_uri
 
 
 def write_report(client: MlflowClient, parent, out: Path) -> Path:
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help=f"group by this tag or param, or {', '.join(names.COMPARE_BY)} (repeat it)")
     group.add_argument("--baseline", metavar="VALUE", help="the group ratios are taken to (default: the first)")
     args = ap.parse_args(argv)
-    client = MlflowClient(resolve_uri(args.tracking_uri))
+    client = open_client(resolve_uri(args.tracking_uri))  # a sweep may be creating it
     try:
         if args.compare:
             return _compare(client, args)

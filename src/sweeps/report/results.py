@@ -48,7 +48,7 @@ def results(experiment: str, *, tracking_uri: str | None = None, sweep: str | No
     """
     import pandas as pd
 
-    client = MlflowClient(store.resolve_uri(tracking_uri))
+    client = store.open_client(store.resolve_uri(tracking_uri))  # a sweep may be creating it
     try:
         jobs = select_jobs(client, Selection(experiments=[experiment], sweeps=[sweep] if sweep else []))
     except ValueError as e:  # the selection's own one-line message

@@ -103,9 +103,9 @@ def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -
     if uri.startswith(("http://", "https://")):
         _check_server(uri)
     try:
-        if uri.startswith("sqlite:///"):
-            path = uri[len("sqlite:///"):].split("?", 1)[0]
-            with FileLock(path + ".lock", timeout=120), hold():
+        path = _sqlite_path(uri)
+        if path:
+            with FileLock(path + ".lock", timeout=CREATE_LOCK_TIMEOUT_S), hold():
                 opened = _experiment(MlflowClient(uri), cfg.mlflow.experiment)
             _check_writable(path)
             return opened
@@ -116,6 +116,36 @@ def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -
                 "free some space" if "full" in detail or "No space" in detail else "check the path is writable")
         raise UsageError(f"cannot open the MLflow store {uri} ({type(e).__name__}: {detail}): {hint}, or set "
                          "mlflow.tracking_uri=...") from None
+
+
+CREATE_LOCK_TIMEOUT_S = 120  # how long opening an sqlite store waits for another process creating it
+
+
+def _sqlite_path(uri: str) -> str | None:
+    """The file of an ``sqlite:///`` URI (query string dropped), else None."""
+    return uri[len("sqlite:///"):].split("?", 1)[0] if uri.startswith("sqlite:///") else None
+
+
+def open_client(uri: str) -> MlflowClient:
+    """A client on the store at ``uri`` for reading it (reports, notebooks, tests) while jobs may
+    be creating it: MLflow creates a missing sqlite DB and migrates it on first use, and two
+    processes doing that at once leave one of them with "table … already exists" — so a reader
+    first opens an sqlite store under the same lock file :func:`prepare` creates it under.
+
+    Raises:
+        filelock.Timeout: another process held the lock for :data:`CREATE_LOCK_TIMEOUT_S`.
+    """
+    from filelock import FileLock
+    from mlflow import MlflowClient
+
+    quiet_sqlite()
+    path = _sqlite_path(uri)
+    if not path:
+        return MlflowClient(uri)
+    with FileLock(path + ".lock", timeout=CREATE_LOCK_TIMEOUT_S):
+        client = MlflowClient(uri)
+        client.search_experiments(max_results=1)  # creates and migrates a missing DB, whole
+    return client
 
 
 def _check_writable(path: str) -> None:
