@@ -105,6 +105,33 @@ def test_a_checkpoint_that_meets_a_full_disk_switches_saving_off(tmp_path, mount
     assert not list((tmp_path / "ck" / "run").glob(".tmp-*"))  # no partial file left behind
 
 
+def test_a_checkpoint_folder_made_immutable_mid_save_switches_saving_off(tmp_path, monkeypatch):
+    # found by scripts/chaos.py (seed 1124, fault 7): the folder became immutable between the
+    # write and its rename, and the failed clean-up of the temporary file ended the job `error`
+    import torch
+
+    from sweeps.train import checkpoint
+    from sweeps.train.checkpoint import Checkpoints
+
+    folder = tmp_path / "ck" / "run"
+    ckpt = Checkpoints(folder, every_epochs=1)
+    assert ckpt.save(1, {"w": torch.zeros(4)}) is not None
+    real_save = torch.save
+
+    def save_then_freeze(obj, f):
+        real_save(obj, f)
+        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not permitted here (needs root on a filesystem with attributes)")
+
+    monkeypatch.setattr(checkpoint.torch, "save", save_then_freeze)
+    try:
+        assert ckpt.save(2, {"w": torch.zeros(4)}) is None  # refused: no exception
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+    assert "Operation not permitted" in ckpt.off and not ckpt.due(3)
+    assert [f.name for f in ckpt.files()] == ["epoch_0001.pt"]
+
+
 def test_the_journal_failing_switches_checkpoints_off_too(tmp_path, in_process, mounts, monkeypatch):
     """A checkpoint newer than the journal's last line would resume with epochs missing from the summary."""
     from sweeps.train.checkpoint import Checkpoints

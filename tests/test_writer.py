@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
@@ -154,3 +155,27 @@ def test_a_resumed_run_does_not_log_its_step_0_values_twice(tmp_path):
     assert history[names.BATCH_SIZE] == [(0, 64.0)]
     assert sorted(v for _, v in history[names.LR]) == [0.1, 0.2]
     assert history[names.FLOPS_PER_EXAMPLE] == [(0, 10.0)] and history["train/loss"] == [(1, 1.0), (2, 0.5)]
+
+
+def test_log_every_epochs_thins_the_run_series_and_epochs_csv_keeps_every_epoch(in_process, tiny, tmp_path):
+    assert in_process([*tiny, "epochs=11", "eval.every_epochs=5", "mlflow.log_every_epochs=4",
+                       "telemetry.interval_s=0", "checkpoint.every_epochs=0"]) == "ok"
+    (run,) = runs(tmp_path)
+    client = store(tmp_path)
+    steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, names.TRAIN_LOSS))
+    assert steps == [1, 4, 5, 8, 10, 11]  # first, every 4th, the evaluated 5 and 10, the last (evaluated)
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, names.TEST_LOSS)) == [5, 10, 11]
+    path = client.download_artifacts(run.info.run_id, "epochs.csv", str(tmp_path))
+    with open(path, newline="") as f:
+        assert [row["epoch"] for row in csv.DictReader(f)] == [str(e) for e in range(1, 12)]
+    assert run.data.params["mlflow.log_every_epochs"] == "4"
+    assert run.data.metrics[names.TOTAL_S] > 0 and names.MEDIAN_EPOCH_S in run.data.metrics  # from all 11 epochs
+
+
+def test_a_log_every_epochs_below_1_stops_with_one_line():
+    from conftest import compose
+    from sweeps.config.checks import validate
+    from sweeps.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^mlflow\.log_every_epochs=0 is not valid: use 1 [^\n]*$"):
+        validate(compose(["mlflow.log_every_epochs=0"]))

@@ -142,6 +142,31 @@ def test_a_full_disk_after_the_handoff_sends_the_later_epochs_in_process(tmp_pat
     assert _steps(client, writer.run_id) == list(range(1, 41))
 
 
+def test_log_every_epochs_thins_the_series_alike_in_process_in_the_writer_process_and_in_a_replay(tmp_path, handoff):
+    # mlflow.log_every_epochs=7: epochs 1-3 go in-process, the rest through the writer process,
+    # which is killed halfway; the replay on close sends what it lacked — the same epochs every way
+    client, writer = _run(tmp_path)
+    writer.every_epochs = 7
+    log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600)
+    for epoch in range(1, 301):
+        log.append({**_record(epoch), **({names.TEST_LOSS: 0.5} if epoch == 150 else {})})
+    deadline = time.monotonic() + 60
+    while len(_steps(client, writer.run_id)) <= 2 and time.monotonic() < deadline:  # epochs 1 and 7 were in-process
+        time.sleep(0.2)
+    assert len(_steps(client, writer.run_id)) > 2, "the writer process sent nothing in 60 s"
+    os.kill(relay.running(), signal.SIGKILL)
+    for epoch in range(301, 604):
+        log.append(_record(epoch))
+    log.close()
+    writer.end("FINISHED")
+    series = sorted({1, 150, 603} | set(range(7, 604, 7)))  # first, every 7th, the evaluated one, the last
+    for key in (names.TRAIN_LOSS, names.EPOCH_S):
+        assert _steps(client, writer.run_id, key) == series, key
+    assert _steps(client, writer.run_id, names.TEST_LOSS) == [150]
+    assert [r["epoch"] for r in read_journal(tmp_path / "run" / "epochs.jsonl")] == list(range(1, 604))
+    assert len(log.records) == 603 and "epoch" in log.csv().splitlines()[0]
+
+
 @pytest.mark.slow  # starts a writer process (~3 s): the default suite keeps the kill -9 and no-store-call tests
 def test_a_long_job_through_the_writer_process_lands_every_epoch_once(in_process, tiny, tmp_path, handoff):
     assert in_process([*tiny, "model=mlp", "model.hidden=[16]", "epochs=40", "telemetry.interval_s=0",

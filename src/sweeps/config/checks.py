@@ -85,6 +85,9 @@ def validate(cfg: DictConfig) -> None:
         raise UsageError(f"repeat={cfg.repeat} is not valid: use 0, 1, 2, … (sweep repeat=0,1,2 to run a config 3 times)")
     if cfg.eval.every_epochs < 1:
         raise UsageError(f"eval.every_epochs={cfg.eval.every_epochs} is not valid: use 1 (every epoch) or more")
+    if cfg.mlflow.log_every_epochs < 1:
+        raise UsageError(f"mlflow.log_every_epochs={cfg.mlflow.log_every_epochs} is not valid: use 1 (every epoch "
+                         "in the run's series) or more (epochs.csv keeps every epoch)")
     if cfg.checkpoint.every_s < 0 or cfg.checkpoint.every_epochs < 0:
         raise UsageError(f"checkpoint.every_s={cfg.checkpoint.every_s}, checkpoint.every_epochs="
                          f"{cfg.checkpoint.every_epochs}: use values ≥ 0 (0 turns that trigger off)")

@@ -32,6 +32,7 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # a link to the repo's 
 class MLflowConfig:
     tracking_uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite under ./mlruns
     experiment: str = "sweeps"
+    log_every_epochs: int = 1  # per-epoch metrics to MLflow every this many epochs (1: each); all in epochs.csv
 
 
 @dataclass

@@ -21,6 +21,7 @@ from pathlib import Path
 from sweeps import names
 from sweeps.tracking import relay
 from sweeps.tracking.console import EpochTable
+from sweeps.tracking.series import in_series
 
 JOURNAL = "epochs.jsonl"  # a run's per-epoch records, in its folder beside its checkpoints
 log = logging.getLogger("sweeps")
@@ -85,12 +86,13 @@ class EpochLog:
             except OSError as e:  # a full disk ends the journal, not the measurement
                 self._journal_failed(e)  # this epoch's line is torn (no newline): the writer process skips it
         if self.writer is not None and rec["epoch"] > self.logged_through and not (self.relayed and self._file):
-            self.writer.log_metrics({k: v for k, v in rec.items() if "/" in k}, step=rec["epoch"])
+            if in_series(rec, self.writer.every_epochs):
+                self.writer.log_metrics(_metrics(rec), step=rec["epoch"])
             if self._file is not None and self._appended >= relay.HANDOFF_EPOCHS and not self.relayed and (
                     self.last_epoch is None or self.last_epoch - rec["epoch"] >= relay.HANDOFF_REMAINING):
                 # later epochs: the writer process reads them from the journal, from here on
                 self.relayed = relay.follow(self.writer.run_id, self.writer.client.tracking_uri, self.journal,
-                                            self._file.tell(), rec["epoch"])
+                                            self._file.tell(), rec["epoch"], self.writer.every_epochs)
         self._console(rec)
 
     def _journal_failed(self, e: OSError) -> None:
@@ -124,6 +126,17 @@ class EpochLog:
         self._printed_at, self._hidden = now, 0
         log.info(self.table.row(rec))
 
+    def _last_point(self) -> None:
+        """The job's last epoch ends its series (``mlflow.log_every_epochs`` > 1 may have left it out)."""
+        last = self.records[-1] if self.records else None
+        if (self.writer is None or last is None or last["epoch"] <= self.logged_through or self._appended == 0
+                or in_series(last, self.writer.every_epochs)):
+            return
+        try:
+            self.writer.log_metrics(_metrics(last), step=last["epoch"])
+        except Exception as e:  # noqa: BLE001 (never raises: epochs.csv holds it)
+            log.warning("MLflow: the last epoch's values not queued (%s)", type(e).__name__)
+
     def csv(self) -> str:
         """Every record as CSV (the ``epochs.csv`` artifact)."""
         return self.table.csv(self.records)
@@ -140,11 +153,13 @@ class EpochLog:
                 self._journal_failed(e)
             self._file = None
         if not self.relayed:
+            self._last_point()
             return
         self.relayed = False
         done = relay.drain(self.writer.run_id, self._journaled_through)
         if done.ok and not done.lost:
             log.debug("MLflow: the writer process sent %d metric value(s) of run %s", done.sent, self.writer.run_id)
+            self._last_point()
             return
         log.warning("MLflow: the writer process %s; sending the missing epochs from the journal in-process",
                     f"could not send {done.lost} value(s)" if done.ok else "ended before it was done")
@@ -153,6 +168,11 @@ class EpochLog:
         except Exception as e:  # noqa: BLE001 (the journal and epochs.csv still hold every epoch)
             log.warning("MLflow: replay failed (%s: %s); epochs.csv and %s hold every epoch", type(e).__name__, e,
                         self.journal)
+
+
+def _metrics(rec: dict) -> dict:
+    """A record's metrics: the keys with a ``/`` (``epoch``, ``samples``, ``steps`` are not)."""
+    return {k: v for k, v in rec.items() if "/" in k}
 
 
 def _line(rec: dict) -> str:

@@ -60,12 +60,13 @@ class Drained:
     ok: bool = True
 
 
-def follow(run_id: str, tracking_uri: str, journal: Path, offset: int, after_epoch: int) -> bool:
+def follow(run_id: str, tracking_uri: str, journal: Path, offset: int, after_epoch: int, every: int = 1) -> bool:
     """Ask the writer process to send run ``run_id``'s journal from byte ``offset`` on (records of
-    epochs > ``after_epoch`` only), starting the process if none runs. Returns False where it
-    could not be started or reached (the caller keeps logging in-process). Never raises."""
+    epochs > ``after_epoch`` only, those :func:`~sweeps.tracking.epochs.in_series` under
+    ``every``), starting the process if none runs. Returns False where it could not be started
+    or reached (the caller keeps logging in-process). Never raises."""
     msg = {"op": "follow", "run": run_id, "uri": tracking_uri, "journal": str(Path(journal).resolve()),
-           "offset": offset, "after": after_epoch}  # an absolute path: the job may chdir later (tests do)
+           "offset": offset, "after": after_epoch, "every": every}  # an absolute path: the job may chdir later (tests do)
     with _lock:
         try:
             _write(_started(), msg)

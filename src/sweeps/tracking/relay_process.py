@@ -8,8 +8,9 @@ metric with a ``/`` in its name queued at step = ``epoch`` on the run's
 :class:`~sweeps.tracking.writer.RunWriter`, whose thread sends batches of ≤ 1000 values with
 retries. Messages on stdin (JSON lines):
 
-- ``{"op": "follow", "run", "uri", "journal", "offset", "after"}``: send the records of epochs
-  > ``after`` from byte ``offset`` of ``journal`` to run ``run`` of store ``uri``;
+- ``{"op": "follow", "run", "uri", "journal", "offset", "after", "every"}``: send the records of
+  epochs > ``after`` from byte ``offset`` of ``journal`` to run ``run`` of store ``uri`` (those in
+  the series of ``mlflow.log_every_epochs`` = ``every``);
 - ``{"op": "drain", "run", "until"}``: read the journal to its end (epochs ≤ ``until``), send
   everything, forget the run, answer ``{"run", "sent", "lost"}`` on stdout.
 
@@ -27,6 +28,7 @@ import queue
 import sys
 import threading
 
+from sweeps.tracking.series import in_series
 from sweeps.tracking.writer import RunWriter
 
 log = logging.getLogger("sweeps")
@@ -37,8 +39,9 @@ BEAT_S = 1.0  # s between progress lines while draining
 class Follower:
     """One run's journal, read from ``offset`` (bytes) on; records of epochs ≤ ``after`` skipped."""
 
-    def __init__(self, writer: RunWriter, journal: str, offset: int, after: int):
+    def __init__(self, writer: RunWriter, journal: str, offset: int, after: int, every: int = 1):
         self.writer, self.journal, self.offset, self.after = writer, journal, offset, after
+        writer.every_epochs = every
         self.queued = 0  # metric values handed to the writer
 
     def read(self, until: int | None = None) -> None:
@@ -56,7 +59,7 @@ class Follower:
             except ValueError:  # a line torn by a full disk, completed by a later one: skipped
                 continue
             epoch = rec.get("epoch", 0)
-            if epoch <= self.after or (until is not None and epoch > until):
+            if epoch <= self.after or (until is not None and epoch > until) or not in_series(rec, self.writer.every_epochs):
                 continue
             metrics = {k: v for k, v in rec.items() if "/" in k}
             self.writer.log_metrics(metrics, step=epoch)
@@ -110,7 +113,8 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 (the run stays unknown here: its drain replays in-process)
                 log.warning("cannot write to run %s (%s: %s)", msg["run"], type(e).__name__, e)
                 continue
-            runs[msg["run"]] = Follower(writer, msg["journal"], int(msg["offset"]), int(msg["after"]))
+            runs[msg["run"]] = Follower(writer, msg["journal"], int(msg["offset"]), int(msg["after"]),
+                                        int(msg.get("every", 1)))
         elif msg is not None and msg.get("op") == "drain":
             follower = runs.pop(msg["run"], None)  # unknown: never followed here (a restarted process)
             answer = follower.drain(int(msg["until"])) if follower else {"run": msg["run"], "unknown": True}

@@ -87,7 +87,7 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
         if pid == os.getpid() or _alive(pid):
             continue
         if checkpoint_dir is not None and tags.get(HASH_TAG):
-            _replay_journal(client, run.info.run_id, Path(checkpoint_dir) / tags[HASH_TAG] / run.info.run_id / JOURNAL)
+            _replay_journal(client, run, Path(checkpoint_dir) / tags[HASH_TAG] / run.info.run_id / JOURNAL)
         client.set_tag(run.info.run_id, names.OUTCOME_TAG, names.KILLED)
         client.set_tag(run.info.run_id, names.ERROR_TAG,
                        f"process {pid} on {host} ended without closing the run (SIGKILL or power loss)")
@@ -98,14 +98,18 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
     return stale
 
 
-def _replay_journal(client: MlflowClient, run_id: str, journal: Path) -> None:
-    """Send what ``journal`` holds and run ``run_id`` lacks (never raises: the run is closed anyway)."""
+def _replay_journal(client: MlflowClient, run, journal: Path) -> None:
+    """Send what ``journal`` holds and ``run`` lacks, under the run's own ``mlflow.log_every_epochs``
+    param (never raises: the run is closed anyway)."""
     from sweeps.tracking.writer import RunWriter
 
+    run_id = run.info.run_id
     records = read_journal(journal)
     if not records:
         return
     writer = RunWriter.attach(client, run_id, reopen=False)
+    every = run.data.params.get("mlflow.log_every_epochs", "1")
+    writer.every_epochs = int(every) if every.isdigit() else 1
     try:
         sent = writer.replay(records)
     finally:

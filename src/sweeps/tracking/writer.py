@@ -26,6 +26,7 @@ from mlflow.entities import Metric, Param, RunTag
 from sweeps import names
 from sweeps.errors import brief
 from sweeps.tracking.cadence import Cadence
+from sweeps.tracking.series import in_series
 from sweeps.tracking.store import quiet_sqlite
 
 log = logging.getLogger("sweeps")
@@ -55,6 +56,7 @@ class RunWriter:
         self.lost = 0  # metric values that could not be sent after every retry
         self.cadence = Cadence(floor_s=FLUSH_S)  # the background beat: backs off as sends slow down
         self._summary: dict[str, float] = {}  # a reopened run's values so far: not logged again at step 0
+        self.every_epochs = 1  # mlflow.log_every_epochs: which epochs replay() sends (sweeps.tracking.series)
         self._thread = threading.Thread(target=self._loop, name="sweeps-mlflow-writer", daemon=True)
         self._thread.start()
 
@@ -105,8 +107,11 @@ class RunWriter:
     def replay(self, records: list[dict]) -> int:
         """Send the journal's ``records`` (per-epoch dicts, ``epoch`` = step) that never reached the
         run — queued when a process died, or dropped after every retry — checking each metric's
-        history first, so every epoch is logged once. Returns how many values were sent."""
+        history first, so every epoch is logged once. Under ``every_epochs`` > 1 only the series'
+        epochs (:func:`~sweeps.tracking.series.in_series`) and the last of ``records``. Returns how
+        many values were sent."""
         self.flush()
+        records = [r for i, r in enumerate(records) if i == len(records) - 1 or in_series(r, self.every_epochs)]
         keys = {k for rec in records for k in rec if "/" in k}
         missing = []
         for key in keys:
