@@ -4,11 +4,13 @@ defaults) against a hand-written loop on the same data, in the same run. Prints 
 their spread (min / median / max over ``--repeats``); asserts nothing.
 
     python scripts/bench_job_overhead.py [--repeats 3] [--epochs 10000] [--only study5,study4,startup]
+    # study5-every-epoch: study 5 with mlflow.log_every_epochs=1 (the preset's 10 undone), for comparison
 
 - study 5 (``+experiment=tabular_cpu_vs_gpu device=cpu dataset.train_size=1000``: the 13-16-32-16-1
   regressor, Adam 0.01, full batch, CPU): the marginal cost of an epoch, (wall of N epochs − wall
   of 100) ÷ (N − 100), for sweeps' process and for the hand loop (the same model class, data,
-  optimizer and evaluation cadence, no bookkeeping). Target ≤ 1.25×. Flatness: from the run's
+  optimizer and evaluation cadence, no bookkeeping). Target ≤ 1.25×. The preset's
+  ``mlflow.log_every_epochs: 10`` applies (``study5-every-epoch`` measures it at 1). Flatness: from the run's
   ``time/elapsed_s`` series, the per-epoch cost from epoch 2,000 to N within 10 % of that from
   100 to 2,000.
 - study 4 (``+experiment=mnist_devices device=cpu``: MLP 784-1000-1000-10, batch 100, Adam): the
@@ -90,24 +92,31 @@ def hand_loop_study5(epochs: int, eval_every: int) -> float:
     return time.perf_counter() - t0
 
 
-def study5(repeats: int, epochs: int) -> None:
-    print(f"\n## study 5: {epochs} epochs, full batch, CPU — marginal cost per epoch")
-    eval_every = int(subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); "
-                                     "from conftest import compose; print(compose(%r).eval.every_epochs)" % STUDY5],
-                                    cwd=REPO, env=ENV, capture_output=True, text=True, check=True).stdout.strip())
-    print("command:", "python -m sweeps", " ".join(STUDY5), f"epochs={epochs}", f"(eval.every_epochs={eval_every})")
+def study5(repeats: int, epochs: int, extra: list[str] | None = None, label: str = "preset defaults") -> None:
+    """Marginal ms/epoch of ``python -m sweeps`` (``STUDY5`` + ``extra``) and of the hand loop, each
+    repeat measured back to back; flatness from the run's ``time/elapsed_s`` series."""
+    extra = extra or []
+    print(f"\n## study 5 ({label}): {epochs} epochs, full batch, CPU — marginal cost per epoch")
+    composed = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); "
+                               "from conftest import compose; c = compose(%r); "
+                               "print(c.eval.every_epochs, c.mlflow.log_every_epochs)" % [*STUDY5, *extra]],
+                              cwd=REPO, env=ENV, capture_output=True, text=True, check=True).stdout.split()
+    eval_every, series_every = int(composed[0]), int(composed[1])
+    print("command:", "python -m sweeps", " ".join([*STUDY5, *extra]), f"epochs={epochs}",
+          f"(eval.every_epochs={eval_every}, mlflow.log_every_epochs={series_every})")
     ours, hand, flat = [], [], []
     for r in range(repeats):
         walls = {}
         for n in (100, epochs):
             with tempfile.TemporaryDirectory() as tmp:
-                walls[n], client = sweeps_job([*STUDY5, f"epochs={n}"], Path(tmp))
+                walls[n], client = sweeps_job([*STUDY5, *extra, f"epochs={n}"], Path(tmp))
                 if n == epochs:
                     run = last_run(client, "tabular_cpu_vs_gpu")
                     elapsed = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "time/elapsed_s")}
                     mid = min(2000, epochs // 2)
-                    early = (elapsed[mid] - elapsed[100]) / (mid - 100)
-                    late = (elapsed[epochs] - elapsed[mid]) / (epochs - mid)
+                    at = {k: elapsed[max(s for s in elapsed if s <= k)] for k in (100, mid, epochs)}  # series points
+                    early = (at[mid] - at[100]) / (mid - 100)
+                    late = (at[epochs] - at[mid]) / (epochs - mid)
                     flat.append(late / early)
         ours.append((walls[epochs] - walls[100]) / (epochs - 100))
         hand_walls = {n: hand_loop_study5(n, eval_every) for n in (100, epochs)}
@@ -204,6 +213,8 @@ def main() -> None:
     parts = args.only.split(",")
     if "study5" in parts:
         study5(args.repeats, args.epochs)
+    if "study5-every-epoch" in parts:  # the same with every epoch in the MLflow series: what the preset's setting saves
+        study5(args.repeats, args.epochs, ["mlflow.log_every_epochs=1"], "every epoch in the MLflow series")
     if "study4" in parts:
         study4(args.repeats)
     if "startup" in parts:
