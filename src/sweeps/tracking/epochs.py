@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from sweeps import names
+from sweeps.errors import describe
 from sweeps.tracking import relay
 from sweeps.tracking.console import EpochTable
 from sweeps.tracking.series import in_series
@@ -135,7 +136,7 @@ class EpochLog:
         try:
             self.writer.log_metrics(_metrics(last), step=last["epoch"])
         except Exception as e:  # noqa: BLE001 (never raises: epochs.csv holds it)
-            log.warning("MLflow: the last epoch's values not queued (%s)", type(e).__name__)
+            log.warning("MLflow: the last epoch's values not queued (%s); epochs.csv holds them", describe(e))
 
     def csv(self) -> str:
         """Every record as CSV (the ``epochs.csv`` artifact)."""
