@@ -49,3 +49,15 @@ def test_a_tabular_job_does_not_import_torchvision(tmp_path):
 
     (run,) = runs(tmp_path, "diabetes")  # the preset's experiment
     assert run.data.tags["env.torchvision"].startswith(__import__("torchvision").__version__.split("+")[0])
+
+
+def test_a_native_crash_prints_the_python_stack_instead_of_nothing(tmp_path):
+    # chaos.py (seed 1124, fault 120) saw a rerun die of SIGSEGV with empty stdout and stderr
+    code = ("import ctypes, sys\n"
+            "from sweeps.__main__ import main\n"
+            "sys.argv = ['sweeps', '--help']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "ctypes.string_at(0)  # a read of address 0, as a crashing native library does\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -11, (proc.returncode, proc.stderr[-2000:])
+    assert "Fatal Python error: Segmentation fault" in proc.stderr and 'File "<string>", line 8' in proc.stderr

@@ -21,6 +21,7 @@ sending meanwhile could log an epoch twice.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
@@ -90,6 +91,7 @@ class Follower:
 
 
 def main() -> None:
+    faulthandler.enable()  # a native crash (sqlite, a driver) prints the stacks on the job's stderr
     try:  # the whole process (its sender threads too) at the lowest priority: the training comes first
         os.setpriority(os.PRIO_PROCESS, 0, 19)
     except (AttributeError, OSError):
