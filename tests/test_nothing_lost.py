@@ -255,6 +255,7 @@ def test_a_config_that_ends_done_removes_its_killed_runs_folders(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == sorted([running, done])
 
 
+@pytest.mark.slow  # ~8 s of real processes; the default suite keeps its margin under 2.5 min (chaos faults 8, 21 run in the slow step too)
 def test_a_ctrl_c_storm_while_a_finished_sweep_exits_is_130_or_0_never_a_crash(tmp_path):
     """Found by scripts/chaos.py (seed 2311, faults 8 and 21): SIGINTs landing after the sweep's
     summary, while the process decided its exit status and shut down, killed it with -SIGINT (-2)
