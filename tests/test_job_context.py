@@ -238,6 +238,7 @@ def test_a_signal_while_the_store_is_created_leaves_a_store_the_next_start_opens
         finally:
             event.remove(engine, "after_cursor_execute", after)
     monkeypatch.setattr(db_utils, "_upgrade_db", upgrade_cut_short)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no template: the migrations run
     first = cli_in_process(TINY, tmp_path, fresh_store=True)
     assert first.returncode == 130, first.stderr[-2000:]
     assert first.stderr.strip().splitlines()[-1] == "sweeps: interrupted by SIGINT before any job ran"

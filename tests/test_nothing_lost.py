@@ -174,19 +174,28 @@ def test_same_seed_same_loss_curve_on_cpu(tmp_path, tiny):
 
 def test_sigint_while_importing_stops_at_once(tmp_path):
     """Started as a background job of a non-interactive shell (SIGINT inherited ignored) and
-    interrupted while torch, Hydra and MLflow are still importing: the signal is not lost."""
+    interrupted while Hydra and the config package are still importing — at three moments of it:
+    the signal is neither lost nor raised into an import (where a finalizer once swallowed it and
+    the process went on to fail with exit 2)."""
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))}
-    proc = subprocess.Popen([sys.executable, "-m", "sweeps", "model=mlp_tabular", "dataset=diabetes", "epochs=500"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-2000:]
-    assert err.strip().splitlines()[-1] == "sweeps: interrupted by SIGINT before any job ran"
-    assert "Traceback" not in err
+    procs = {}
+    for delay in (0.15, 0.3, 0.5):
+        (tmp_path / str(delay)).mkdir()
+        procs[delay] = subprocess.Popen(
+            [sys.executable, "-m", "sweeps", "model=mlp_tabular", "dataset=diabetes", "epochs=500"],
+            cwd=tmp_path / str(delay), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    started = time.monotonic()
+    for delay, proc in sorted(procs.items()):
+        time.sleep(max(0.0, started + delay - time.monotonic()))
+        proc.send_signal(signal.SIGINT)
+    for delay, proc in procs.items():
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, f"SIGINT at {delay} s: {err[-2000:]}"
+        assert err.strip().splitlines()[-1] == "sweeps: interrupted by SIGINT before any job ran"
+        assert "Traceback" not in err and "Exception ignored" not in err
 
 
 def _dead_pid() -> int:

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeps import names
 from sweeps.errors import UsageError, brief
+from sweeps.tracking import new_store
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -106,6 +107,7 @@ def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -
         path = _sqlite_path(uri)
         if path:
             with FileLock(path + ".lock", timeout=CREATE_LOCK_TIMEOUT_S), hold():
+                new_store.ensure(path)  # a missing DB: a copy of the migrated template (seconds saved)
                 opened = _experiment(MlflowClient(uri), cfg.mlflow.experiment)
             _check_writable(path)
             return opened
@@ -134,6 +136,7 @@ def open_client(uri: str) -> MlflowClient:
 
     Raises:
         filelock.Timeout: another process held the lock for :data:`CREATE_LOCK_TIMEOUT_S`.
+        OSError, sqlite3.Error: a missing DB cannot be created there (:func:`new_store.ensure`).
     """
     from filelock import FileLock
     from mlflow import MlflowClient
@@ -143,6 +146,7 @@ def open_client(uri: str) -> MlflowClient:
     if not path:
         return MlflowClient(uri)
     with FileLock(path + ".lock", timeout=CREATE_LOCK_TIMEOUT_S):
+        new_store.ensure(path)
         client = MlflowClient(uri)
         client.search_experiments(max_results=1)  # creates and migrates a missing DB, whole
     return client

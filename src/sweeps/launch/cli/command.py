@@ -87,19 +87,27 @@ def _job_process_died(exc: BaseException) -> None:
     sys.exit(1)
 
 
-def cli() -> None:
+def cli(early: list[int] | None = None) -> None:
     """Entry point: exit 1 when any job ended in ``error`` (after every job has run); exit 2 with
     one line for bad input (a composition error included); on SIGINT or SIGTERM close the runs as
-    KILLED, flush the logs and exit 130 or 143. Each call starts from a fresh process state
+    KILLED, flush the logs and exit 130 or 143 — also for a signal in ``early`` (noted while this
+    module was importing, :mod:`sweeps.__main__`; the list is read after this call's own handlers
+    are in, so none is lost). Each call starts from a fresh process state
     (:func:`sweeps.state.begin_command`): no counts, last job or signals of an earlier command."""
     state.begin_command()
     signals.install()
+    if early:  # nothing has started: nothing to close
+        print(interrupted_message(signals.name(early[0])), file=sys.stderr)
+        signals.ignore()
+        sys.exit(143 if signals.name(early[0]) == "SIGTERM" else 130)
     full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))  # the user asked for Hydra's traceback
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its message and exiting 1
     try:
         main()
         signals.note_only()  # the sweep returned: a late signal (a Ctrl-C storm's tail) is noted, never raised
     except HydraException as e:  # composition: a typo, a wrong type, an unknown option
+        if signals.received():  # a signal raised inside composition and swallowed there broke it
+            _interrupted(signals.name(signals.received()[0]))
         if full_error:
             raise
         sweep.stop(UsageError(one_line(e)))  # one line, exit 2; a multirun's parent run (no job yet) removed
