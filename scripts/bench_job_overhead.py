@@ -5,6 +5,7 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
 
     python scripts/bench_job_overhead.py [--repeats 3] [--epochs 10000] [--only study5,study4,startup]
     # study5-every-epoch: study 5 with mlflow.log_every_epochs=1 (the preset's 10 undone), for comparison
+    # study5-threads1, study5-threads2: study 5 with device.threads=1 or 2 (job and hand loop alike)
 
 - study 5 (``+experiment=tabular_cpu_vs_gpu device=cpu dataset.train_size=1000``: the 13-16-32-16-1
   regressor, Adam 0.01, full batch, CPU): the marginal cost of an epoch, (wall of N epochs − wall
@@ -68,8 +69,18 @@ def last_run(client: MlflowClient, experiment: str):
 STUDY5 = ["+experiment=tabular_cpu_vs_gpu", "device=cpu", "dataset.train_size=1000"]
 
 
-def hand_loop_study5(epochs: int, eval_every: int) -> float:
-    """The same job written by hand: seconds for ``epochs`` epochs (process already warm)."""
+def hand_loop_study5(epochs: int, eval_every: int, threads: int) -> float:
+    """The same job written by hand: seconds for ``epochs`` epochs (process already warm), with
+    ``threads`` torch threads (the job's own count: ``device.threads``, else torch's default)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _hand_loop_study5(epochs, eval_every)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _hand_loop_study5(epochs: int, eval_every: int) -> float:
     from sklearn.datasets import make_regression
 
     x, y = (torch.as_tensor(a, dtype=torch.float32) for a in make_regression(2000, 13, noise=10.0, random_state=0))
@@ -99,11 +110,14 @@ def study5(repeats: int, epochs: int, extra: list[str] | None = None, label: str
     print(f"\n## study 5 ({label}): {epochs} epochs, full batch, CPU — marginal cost per epoch")
     composed = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); "
                                "from conftest import compose; c = compose(%r); "
-                               "print(c.eval.every_epochs, c.mlflow.log_every_epochs)" % [*STUDY5, *extra]],
+                               "print(c.eval.every_epochs, c.mlflow.log_every_epochs, c.device.threads or 0)"
+                               % [*STUDY5, *extra]],
                               cwd=REPO, env=ENV, capture_output=True, text=True, check=True).stdout.split()
     eval_every, series_every = int(composed[0]), int(composed[1])
+    threads = int(composed[2]) or torch.get_num_threads()  # the hand loop runs with the job's torch threads
     print("command:", "python -m sweeps", " ".join([*STUDY5, *extra]), f"epochs={epochs}",
-          f"(eval.every_epochs={eval_every}, mlflow.log_every_epochs={series_every})")
+          f"(eval.every_epochs={eval_every}, mlflow.log_every_epochs={series_every}, "
+          f"device.threads={composed[2] if composed[2] != '0' else 'null'}; hand loop: {threads} torch thread(s))")
     ours, hand, flat = [], [], []
     for r in range(repeats):
         walls = {}
@@ -119,7 +133,7 @@ def study5(repeats: int, epochs: int, extra: list[str] | None = None, label: str
                     late = (at[epochs] - at[mid]) / (epochs - mid)
                     flat.append(late / early)
         ours.append((walls[epochs] - walls[100]) / (epochs - 100))
-        hand_walls = {n: hand_loop_study5(n, eval_every) for n in (100, epochs)}
+        hand_walls = {n: hand_loop_study5(n, eval_every, threads) for n in (100, epochs)}
         hand.append((hand_walls[epochs] - hand_walls[100]) / (epochs - 100))
         print(f"  repeat {r}: sweeps {1e3 * ours[-1]:.3f} ms/epoch, hand loop {1e3 * hand[-1]:.3f} ms/epoch, "
               f"late/early {flat[-1]:.3f}")
@@ -215,6 +229,9 @@ def main() -> None:
         study5(args.repeats, args.epochs)
     if "study5-every-epoch" in parts:  # the same with every epoch in the MLflow series: what the preset's setting saves
         study5(args.repeats, args.epochs, ["mlflow.log_every_epochs=1"], "every epoch in the MLflow series")
+    for threads in (1, 2):  # study5-threads1/2: torch's threads set (the hand loop runs with the same count)
+        if f"study5-threads{threads}" in parts:
+            study5(args.repeats, args.epochs, [f"device.threads={threads}"], f"device.threads={threads}")
     if "study4" in parts:
         study4(args.repeats)
     if "startup" in parts:

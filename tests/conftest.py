@@ -120,37 +120,18 @@ def cli_in_process(args: list[str], cwd: Path, fresh_store: bool = False) -> sub
     return subprocess.CompletedProcess(["python", "-m", "sweeps", *args], code, out.getvalue(), err.getvalue())
 
 
-_TEMPLATE: list[Path] = []  # the session's empty store (see seed_store)
-
-
-def _template_db() -> Path:
-    """An empty MLflow sqlite store, its tables made once per test session."""
-    if not _TEMPLATE:
-        import atexit
-        import shutil
-        import tempfile
-
-        folder = Path(tempfile.mkdtemp(prefix="sweeps-store-template-"))
-        atexit.register(shutil.rmtree, folder, True)
-        db = folder / "mlflow.db"
-        MlflowClient(f"sqlite:///{db}").search_experiments()  # creates and migrates the tables
-        _TEMPLATE.append(db)
-    return _TEMPLATE[0]
-
-
 def seed_store(cwd: Path) -> None:
-    """Give ``cwd`` the default store ./mlruns/mlflow.db with MLflow's tables already made (a copy
-    of an empty one), unless ./mlruns exists. MLflow's migrations of a brand-new sqlite store take
-    1-2 s, paid once per session instead of once per in-process job test; the real processes
-    (``run_cli``) and tests marked ``fresh_store`` still create theirs from nothing."""
-    import shutil
+    """Give ``cwd`` the default store ./mlruns/mlflow.db, unless ./mlruns exists, the way a job
+    creates it (:func:`sweeps.tracking.new_store.ensure`: a copy of MLflow's migrated schema, kept
+    in the user's cache), without a job's store-opening around it; the real processes
+    (``run_cli``) and tests marked ``fresh_store`` go through the job's own opening."""
+    from sweeps.tracking import new_store
 
     mlruns = cwd / "mlruns"
     if mlruns.exists():
         return
-    template = _template_db()
     mlruns.mkdir(parents=True)
-    shutil.copyfile(template, mlruns / "mlflow.db")
+    new_store.ensure(str(mlruns / "mlflow.db"))
 
 
 @pytest.fixture(autouse=True)

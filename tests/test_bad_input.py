@@ -70,6 +70,7 @@ def test_bad_value_is_one_line_on_stderr_and_exit_2(cli):
     ("batch=abc", "batch='abc'", "batch=full"),
     ("epochs=0", "epochs=0", "positive integer"),
     ("optimizer.base_lr=-0.1", "optimizer.base_lr=-0.1", "positive"),
+    ("device.threads=0", "device.threads=0", "1 or more torch threads, or null"),
 ])
 def test_bad_values(in_process, tiny, override, names, hint):
     line = _usage_error(in_process, ["model=mlp", *tiny, override])

@@ -271,3 +271,25 @@ def test_resume_onto_an_immutable_journal_goes_on_without_it(tmp_path, in_proces
     assert run.data.tags["sweeps.checkpoints"].startswith("off: cannot append to"), run.data.tags
     steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, "train/loss")]
     assert sorted(steps) == [1, 2, 3]
+
+
+def test_device_threads_set_torchs_threads_for_the_job_alone_and_are_tagged(tmp_path, in_process, monkeypatch):
+    """``device.threads=1``: the training ran with 1 torch thread, the run says so, and the next
+    job of the process (basic launcher, one process) starts from the count it had before."""
+    import torch
+
+    seen, train_epoch = [], Trainer.train_epoch
+
+    def observed(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return train_epoch(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "train_epoch", observed)
+    torch.set_num_threads(2)
+    assert in_process([*TINY, "device.threads=1"]) == "ok"
+    assert set(seen) == {1} and torch.get_num_threads() == 2
+    assert runs(tmp_path)[-1].data.tags["torch.threads"] == f"1 (device.threads; {os.cpu_count()} cores)"
+    seen.clear()
+    assert in_process([*TINY, "seed=1"]) == "ok"
+    assert set(seen) == {2}
+    assert runs(tmp_path)[-1].data.tags["torch.threads"] == f"2 (torch default; {os.cpu_count()} cores)"

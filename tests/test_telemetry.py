@@ -18,7 +18,7 @@ from fake_nvml import Clock, FakeNVML
 from sweeps.tracking import env
 from sweeps.telemetry import nvml as telemetry_nvml
 from sweeps.telemetry.sampler import Telemetry, for_job
-from sweeps.telemetry.plot import render
+from sweeps.telemetry.plot import MAX_SHADED_EPOCHS, figure, render
 from sweeps.launch.job.finish import FIGURE_MIN_SAMPLES
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -317,3 +317,26 @@ def test_the_machine_cpu_pct_of_a_sample_spans_the_time_since_the_previous_row_o
     tel.stop()
     col = tel.columns.index("sys_cpu_pct")
     assert [r[col] for r in tel.rows[:5]] == [None, 25.0, 75.0, 50.0, 0.0]
+
+
+@pytest.mark.parametrize("epochs", [3, MAX_SHADED_EPOCHS + 1])
+def test_the_figure_shades_each_epoch_until_they_are_too_many_then_one_band(epochs):
+    """A few epochs: one shade per epoch and a labelled edge each. 10,000 sub-millisecond epochs
+    (study 5) would be sub-pixel shades that took ~0.5 s to draw: one band over them instead,
+    and the axis label says so."""
+    clock = Clock()
+    tel = Telemetry(1000, clock=clock)
+    tel.start()
+    for epoch in range(1, epochs + 1):
+        clock.t += 0.5
+        tel.epoch_start(epoch)
+        clock.t += 1
+        tel.epoch_end(epoch)
+    tel.stop()
+    from matplotlib.collections import PolyCollection  # broken_barh's shades (vlines: a LineCollection)
+
+    ax = figure(tel).axes[-1]
+    spans = sum(len(c.get_paths()) for c in ax.collections if isinstance(c, PolyCollection))
+    assert spans == (epochs if epochs <= MAX_SHADED_EPOCHS else 1)
+    assert ("too many to shade" in ax.get_xlabel()) == (epochs > MAX_SHADED_EPOCHS)
+    assert render(tel).startswith(PNG)

@@ -75,6 +75,9 @@ def validate(cfg: DictConfig) -> None:
     if cfg.telemetry.interval_s < 0:
         raise UsageError(f"telemetry.interval_s={cfg.telemetry.interval_s} is not valid: "
                          "use seconds ≥ 0 (0 turns telemetry off)")
+    if cfg.device.threads is not None and cfg.device.threads < 1:
+        raise UsageError(f"device.threads={cfg.device.threads} is not valid: use 1 or more torch threads, or null "
+                         "(torch's default: one per core)")
     if cfg.device.name == "ddp":  # data parallel: see sweeps.launch.placement.ddp
         _validate_ddp(cfg)
     checkpoints = Path(str(cfg.checkpoint.dir)).expanduser()

@@ -70,6 +70,9 @@ OWN_KEYS: dict[str, type] = {"dataset": DatasetKeys, "optimizer": OptimizerKeys,
 @dataclass
 class Device:
     name: str = MISSING  # auto | cpu | cuda | ddp
+    # torch's intra-op CPU threads for the job (torch.set_num_threads); null: torch's default, one
+    # per core (a GPU pool's CPU slot or a Gloo rank: its share of the cores)
+    threads: Optional[int] = None
 
 
 @dataclass

@@ -26,11 +26,15 @@ log = logging.getLogger("sweeps")
 # console looks, and whether to resume. Everything else (num_workers too: it changes timings) counts.
 IGNORED = ("mlflow", "log_every_s", "telemetry", "resume", "checkpoint", "dataset.root",
            "dataset.download", "dataset.if_missing")
+# Keys added after runs were stored, with the default that behaves as before they existed: left
+# at it they are not hashed, so an upgrade does not make a done job look new (it is still skipped
+# or resumed); set to anything else they count.
+ADDED_LATER = {"device.threads": None}
 
 
 def config_hash(cfg: DictConfig, ignore: tuple[str, ...] = (), identity: dict[str, str] | None = None) -> str:
     """16 hex digits of SHA-256 over the resolved config minus :data:`IGNORED` and ``ignore``
-    keys, plus ``identity`` (the data's fingerprint and the hardware measured), as sorted JSON."""
+    keys (and :data:`ADDED_LATER` keys at their default), plus ``identity`` (the data's fingerprint and the hardware measured), as sorted JSON."""
     data: Any = OmegaConf.to_container(cfg, resolve=True)
     data["_identity"] = identity or {}
     for key in (*IGNORED, *ignore):
@@ -39,6 +43,10 @@ def config_hash(cfg: DictConfig, ignore: tuple[str, ...] = (), identity: dict[st
             data.get(node, {}).pop(rest[0], None)
         else:
             data.pop(node, None)
+    for key, default in ADDED_LATER.items():
+        node, leaf = key.split(".")
+        if isinstance(data.get(node), dict) and data[node].get(leaf, default) == default:
+            data[node].pop(leaf, None)
     text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

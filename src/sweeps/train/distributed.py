@@ -40,9 +40,11 @@ def rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-def init(backend: str, timeout_s: float) -> torch.device:
+def init(backend: str, timeout_s: float, threads: int | None = None) -> torch.device:
     """Join the process group torch's launcher set up (env: ``RANK``, ``WORLD_SIZE``,
-    ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``); ``timeout_s`` bounds every collective (s).
+    ``LOCAL_RANK``, ``MASTER_ADDR``/``PORT``); ``timeout_s`` bounds every collective (s);
+    ``threads``: torch's intra-op CPU threads for this rank (``device.threads``; default on Gloo:
+    the rank's share of the cores).
 
     Returns:
         this rank's device: ``cuda:<LOCAL_RANK>`` for ``nccl``, else ``cpu``.
@@ -51,9 +53,11 @@ def init(backend: str, timeout_s: float) -> torch.device:
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)  # NCCL collectives and all_gather_object use the current device
+        if threads:
+            torch.set_num_threads(threads)
     else:  # N processes share the cores: without this each one starts a thread per core (oversubscribed)
         device = torch.device("cpu")
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // world))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     return device
 

@@ -23,7 +23,7 @@ from sweeps.launch import launchers
 from sweeps.launch.job.finish import finish
 from sweeps.launch.job.summary import print_summary
 from sweeps.launch.placement import ddp, gpu_pool
-from sweeps.launch.placement.device import job_devices, preflight, resolve_device
+from sweeps.launch.placement.device import cpu_threads, job_devices, preflight, resolve_device
 from sweeps.launch.process import outcome as oc
 from sweeps.launch.process import parent_run, signals
 from sweeps.state import current
@@ -239,8 +239,10 @@ def run(cfg: DictConfig) -> str:
     job = JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous,
                  started_at, identity)
     try:
-        with gpu_pool.claim(cfg.device, launchers.current().pool_slots()), job:
+        with (gpu_pool.claim(cfg.device, launchers.current().pool_slots()),
+              cpu_threads(cfg.device.threads) as threads, job):
             job.started_at += gpu_pool.waited_s()
+            job.writer.set_tags({names.THREADS_TAG: threads})
             if missing is not None:  # dataset.if_missing=skip: an unavailable job, logged as such
                 raise missing
             device = resolve_device(cfg.device)

@@ -23,7 +23,9 @@ import shlex
 import shutil
 import sys
 import sysconfig
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from omegaconf import DictConfig
@@ -197,3 +199,25 @@ def job_devices(cfg: DictConfig, device: torch.device) -> list:
     if cfg.name != "ddp" or device.type != "cuda":
         return [device]
     return list(current().pool_held) or [torch.device("cuda", r) for r in range(cfg.gpus)]
+
+
+@contextmanager
+def cpu_threads(threads: int | None) -> Iterator[str]:
+    """torch's intra-op CPU threads for one job: ``threads`` (``device.threads``) or, when None,
+    what the process has (torch's default: one per core; a GPU pool's CPU slot: its share). Put
+    back afterwards: the next job of the process starts from the same count. Yields the value of
+    the run's ``torch.threads`` tag, e.g. ``"1 (device.threads; 2 cores)"``.
+
+    Why a job may want fewer threads than cores: torch's CPU kernels split an op over all its
+    threads and wait for the slowest, so a thread that shares its core with anything else (the
+    run's writer process, telemetry, another program) stalls every op. On this project's 2-core VM
+    study 5's 0.7-ms epochs ran 1.3-3× slower with 2 threads than with 1 while another process was
+    busy (docs/benchmarks.md, "torch threads")."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        who = "device.threads" if threads else "torch default"
+        yield f"{torch.get_num_threads()} ({who}; {os.cpu_count()} cores)"
+    finally:
+        torch.set_num_threads(before)

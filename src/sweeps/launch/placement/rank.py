@@ -144,7 +144,7 @@ def main(spec: RankSpec) -> None:
     watchdog = _Watchdog()
     try:
         cfg = OmegaConf.create(spec.cfg)
-        device = distributed.init(spec.backend, cfg.device.timeout_s)
+        device = distributed.init(spec.backend, cfg.device.timeout_s, cfg.device.get("threads"))
         task = create(cfg)
         task.prepare()  # seeded: every rank builds the same data
         watchdog.job = RankRun(spec, cfg, task.regression, rank, device)
