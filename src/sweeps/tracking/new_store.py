@@ -79,9 +79,12 @@ def _copy_template(dest: str) -> bool:
 
 
 def _valid(db: Path) -> bool:
-    """Whether ``db`` is a whole sqlite file at MLflow's head schema revision with no experiment."""
-    from mlflow.store.db.utils import _get_latest_schema_revision
-
+    """Whether ``db`` is a whole sqlite file at MLflow's head schema revision with no experiment
+    (False, too, when this MLflow lacks the helper that names the head)."""
+    try:
+        from mlflow.store.db.utils import _get_latest_schema_revision
+    except ImportError:
+        return False
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
