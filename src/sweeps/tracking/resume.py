@@ -34,7 +34,8 @@ ADDED_LATER = {"device.threads": None}
 
 def config_hash(cfg: DictConfig, ignore: tuple[str, ...] = (), identity: dict[str, str] | None = None) -> str:
     """16 hex digits of SHA-256 over the resolved config minus :data:`IGNORED` and ``ignore``
-    keys (and :data:`ADDED_LATER` keys at their default), plus ``identity`` (the data's fingerprint and the hardware measured), as sorted JSON."""
+    keys (and :data:`ADDED_LATER` keys at their default), plus ``identity`` (the data's
+    fingerprint and the hardware measured), as sorted JSON."""
     data: Any = OmegaConf.to_container(cfg, resolve=True)
     data["_identity"] = identity or {}
     for key in (*IGNORED, *ignore):

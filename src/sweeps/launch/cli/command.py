@@ -96,10 +96,8 @@ def cli(early: list[int] | None = None) -> None:
     (:func:`sweeps.state.begin_command`): no counts, last job or signals of an earlier command."""
     state.begin_command()
     signals.install()
-    if early:  # nothing has started: nothing to close
-        print(interrupted_message(signals.name(early[0])), file=sys.stderr)
-        signals.ignore()
-        sys.exit(143 if signals.name(early[0]) == "SIGTERM" else 130)
+    if early:  # nothing has started: no parent run to close, the one line and 130/143
+        _interrupted(signals.name(early[0]))
     full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))  # the user asked for Hydra's traceback
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its message and exiting 1
     try:
