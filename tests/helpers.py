@@ -43,15 +43,20 @@ class Broken(nn.Module):
 
 
 class InterruptAfter(nn.Module):
-    """A small MLP whose forward raises KeyboardInterrupt (a user's Ctrl-C) after ``calls`` calls."""
+    """A small MLP whose forward raises KeyboardInterrupt (a user's Ctrl-C) after ``calls`` calls —
+    or, with ``how=exec_sigint``, sends this process a real SIGINT from inside source text run by
+    ``exec`` (what dataclasses and namedtuple do while a module imports), so the process's own
+    handler raises it there."""
 
-    def __init__(self, in_shape: Sequence[int], num_outputs: int, calls: int = 3):
+    def __init__(self, in_shape: Sequence[int], num_outputs: int, calls: int = 3, how: str = "raise"):
         super().__init__()
-        self.calls = calls
+        self.calls, self.how = calls, how
         self.net = nn.Sequential(nn.Flatten(), nn.Linear(int(torch.tensor(in_shape).prod()), num_outputs))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls -= 1
+        if self.calls < 0 and self.how == "exec_sigint":
+            exec("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)", {})
         if self.calls < 0:
             raise KeyboardInterrupt
         return self.net(x)

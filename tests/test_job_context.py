@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -76,6 +77,29 @@ def test_sigterm_during_evaluation(tmp_path, in_process, monkeypatch):
         in_process(TINY)
     assert getattr(caught.value, "signal_name", "") == "SIGTERM"
     _assert_killed(tmp_path, "SIGTERM")
+
+
+def test_a_signal_whose_exception_was_swallowed_stops_the_job_after_that_epoch(tmp_path, in_process, monkeypatch):
+    """Where the exception a signal raised is swallowed (in a finalizer Python prints "Exception
+    ignored in ..." and goes on; a library's bare except), the signal was still noted: the job
+    stops at the end of that epoch, killed with its epochs, instead of training on (and a second
+    Ctrl-C, only noted, could not stop it either)."""
+    calls = iter(range(100))
+    original = Trainer.train_epoch
+
+    def swallowing(*args, **kwargs):
+        if next(calls) == 1:  # epoch 2
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)  # the handler raises here
+            except KeyboardInterrupt:
+                pass
+        return original(*args, **kwargs)
+    monkeypatch.setattr(Trainer, "train_epoch", swallowing)
+    with pytest.raises(KeyboardInterrupt):
+        in_process(TINY)
+    run = _assert_killed(tmp_path, "SIGINT")
+    assert [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, "train/loss")] == [1, 2]
 
 
 def test_sigint_during_the_checkpoint_write_leaves_no_partial_file(tmp_path, in_process, monkeypatch):

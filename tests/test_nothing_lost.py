@@ -198,6 +198,22 @@ def test_sigint_while_importing_stops_at_once(tmp_path):
         assert "Traceback" not in err and "Exception ignored" not in err
 
 
+def test_sigint_raised_inside_execd_source_still_exits_130(tmp_path):
+    """Ctrl-C landing while ``exec`` runs source text (dataclasses and namedtuple do, at import):
+    CPython marks an exact KeyboardInterrupt leaving it as unhandled even though the job context
+    catches it, and ``python -m`` then died of SIGINT (-2) after printing the right line. The run is
+    closed killed with its epochs, the process exits 130 with one line."""
+    proc = _start(["model=interrupt_after", "model.how=exec_sigint", "dataset=synthetic", "dataset.shape=[1,8,8]",
+                   "dataset.train_size=128", "dataset.test_size=32", "batch=64", "epochs=3", "device=cpu",
+                   "telemetry.interval_s=0", TEST_CONF], tmp_path)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("sweeps: interrupted by SIGINT: job ") and "Traceback" not in err
+    (run,) = runs(tmp_path)
+    assert run.info.status == "KILLED" and run.data.tags["outcome"] == "killed"
+    assert [step for step, _ in _history(tmp_path, run.info.run_id, "train/loss")] == [1]
+
+
 def _dead_pid() -> int:
     """The pid of a process that has ended (a stale run's owner)."""
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

@@ -1,4 +1,5 @@
 """Exceptions that end a job or a sweep with one line instead of a traceback."""
+import signal
 
 
 def brief(exc: BaseException, limit: int = 200) -> str:
@@ -40,7 +41,26 @@ class Diverged(Exception):
     """The training loss became NaN or infinite; the job ends with ``outcome=diverged``."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT as sweeps' handler raises it; the process then exits 130.
+
+    A subclass, so every ``except KeyboardInterrupt`` catches it, but not KeyboardInterrupt
+    itself: when exactly that type leaves an ``exec``/``eval`` of source text (dataclasses and
+    namedtuple do that while a module imports), CPython sets its "unhandled KeyboardInterrupt"
+    flag even where the exception is caught further up, and ``python -m`` then ends the process
+    by SIGINT itself (status -2) instead of the 130 it exits with (CPython Python/pythonrun.c
+    ``run_eval_code_obj`` compares the type exactly; Modules/main.c ``Py_RunMain`` reads the
+    flag; seen in scripts/chaos.py, 1 in ~10 SIGINTs during a job's imports)."""
+
+    signal_name = "SIGINT"
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so the same cleanup runs; the process then exits 143."""
 
     signal_name = "SIGTERM"
+
+
+def signal_exception(signum: int) -> KeyboardInterrupt:
+    """The exception SIGINT or SIGTERM is raised as: :class:`Interrupted` or :class:`Terminated`."""
+    return Terminated() if signum == signal.SIGTERM else Interrupted()

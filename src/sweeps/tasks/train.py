@@ -17,9 +17,10 @@ import math
 import torch
 
 from sweeps import names
+from sweeps.state import current
 from sweeps.data import resident_loader
 from sweeps.data.loaders import describe_workers
-from sweeps.errors import Diverged, describe
+from sweeps.errors import Diverged, describe, signal_exception
 from sweeps.models import count_parameters
 from sweeps.tasks.base import Task, register
 from sweeps.train import distributed, flops
@@ -81,6 +82,8 @@ class TrainTask(Task):
                         job.writer.set_tags({names.CHECKPOINTS_TAG: f"off: {job.checkpoints.off}"})
                     except Exception as e:  # the store may sit on the same full disk
                         job.log.warning("could not tag the run with it (%s)", describe(e))
+            if current().signals:  # its exception was swallowed (a finalizer, a library's except): stop now
+                raise signal_exception(current().signals[0])
 
         try:
             training.trainer.fit(training.train_loader, training.test_loader, cfg.epochs, after_epoch,

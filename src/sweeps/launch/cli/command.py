@@ -31,8 +31,9 @@ def main(cfg: DictConfig) -> str:
     parent run (:mod:`sweeps.launch.slurm.launcher`): the launcher says (:mod:`sweeps.launch.launchers`)."""
     try:
         config.validate(config.complete(cfg))  # before torch is imported: a bad value answers at once
-        from sweeps.launch.job import lifecycle
-
+        with signals.held():  # see _import_job
+            lifecycle = _import_job()
+        signals.stop_if_received()
         return lifecycle.run(cfg)
     except UsageError as e:
         from sweeps.launch import launchers
@@ -42,6 +43,17 @@ def main(cfg: DictConfig) -> str:
             print(f"sweeps: error: {e}", file=sys.stderr, flush=True)
             raise
         sweep.stop(e)
+
+
+def _import_job():
+    """The job module, and with it torch and the training code (a few seconds, once per process).
+    A signal meanwhile is noted and raised once the imports are done (by the caller, which holds
+    signals for this call), not raised into them: importlib runs finalizers (its module locks'
+    weakref callbacks), and an exception raised inside one is printed ("Exception ignored in …")
+    and dropped — the process went on as if no Ctrl-C had come (scripts/chaos.py, docs/benchmarks.md)."""
+    from sweeps.launch.job import lifecycle
+
+    return lifecycle
 
 
 def interrupted_message(signal_name: str) -> str:

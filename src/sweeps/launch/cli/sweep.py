@@ -15,7 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from sweeps import names
-from sweeps.errors import UsageError, describe
+from sweeps.errors import UsageError, describe, signal_exception
 from sweeps.launch.cli.sweep_check import check_sweep
 from sweeps.launch.job.summary import print_summary
 from sweeps.launch.process import outcome, parent_run, signals
@@ -117,7 +117,7 @@ class SweepCallback(Callback):
                 stop(UsageError(f"cannot open the sweep's parent run in {client.tracking_uri} ({describe(e)}): "
                                 "check the store, or set mlflow.tracking_uri=..."))
         if pending:
-            raise signals.as_exception(pending[0])
+            raise signal_exception(pending[0])
 
     def _open_parent(self, config: DictConfig, client: MlflowClient, experiment_id: str) -> None:
         from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
@@ -145,7 +145,7 @@ class SweepCallback(Callback):
         with signals.held() as pending:  # the summary and the parent's status are written whole
             self._end(config)
         if pending:  # after every job ended: the CLI says so and exits 130/143
-            raise signals.as_exception(pending[0])
+            raise signal_exception(pending[0])
 
     def _end(self, config: DictConfig) -> None:
         sweep_run, uri = parent_run.close()

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeps import names
 from sweeps.config import complete, validate
-from sweeps.errors import DataUnavailable, UsageError
+from sweeps.errors import DataUnavailable, UsageError, signal_exception
 from sweeps.launch import launchers
 from sweeps.launch.job.finish import finish
 from sweeps.launch.job.summary import print_summary
@@ -92,8 +92,8 @@ class JobRun:
         with signals.held() as pending:
             self._open()
         if pending:  # the run exists: close it as killed, then stop as the signal asked
-            self.__exit__(KeyboardInterrupt, signals.as_exception(pending[0]), None)
-            raise signals.as_exception(pending[0])
+            self.__exit__(KeyboardInterrupt, signal_exception(pending[0]), None)
+            raise signal_exception(pending[0])
         return self
 
     def _open(self) -> None:
@@ -169,7 +169,7 @@ class JobRun:
                 current().last_job.update(name=self.name, outcome=outcome, run_id=self.writer.run_id if self.writer else "",
                                 tracking_uri=self.client.tracking_uri)
         if pending and not isinstance(exc, KeyboardInterrupt):  # arrived while finishing: the job is closed
-            raise signals.as_exception(pending[0])
+            raise signal_exception(pending[0])
         return isinstance(exc, Exception)  # failures are outcomes; signals and exits go on up
 
     def _work_done(self) -> bool:

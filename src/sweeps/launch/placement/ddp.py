@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from sweeps.errors import DeviceUnavailable, Diverged, RankFailed, Terminated, describe
+from sweeps.errors import DeviceUnavailable, Diverged, RankFailed, describe, signal_exception
 from sweeps.launch.placement import gpu_pool
 from sweeps.launch.placement import rank as rank_process
 from sweeps.launch.placement.device import ddp_backend as backend
@@ -99,7 +99,7 @@ def launch(job, journal: Path) -> None:
     except ChildFailedError as e:
         raise first_failure(work, e) from None
     except SignalException as e:  # the ranks are stopped; the job ends killed as without ddp
-        raise (Terminated() if e.sigval == signal.SIGTERM else KeyboardInterrupt()) from None
+        raise signal_exception(e.sigval) from None
     finally:
         if gpu_pool.held() and visible is None:  # the spawned ranks have read it; this process's CUDA never does
             os.environ.pop(VISIBLE_ENV, None)

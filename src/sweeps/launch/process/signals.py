@@ -1,8 +1,8 @@
 """SIGINT and SIGTERM: the first is raised where the job is; every later one is only noted.
 
-While training, the first signal raises :class:`KeyboardInterrupt` (SIGINT) or
-:class:`~sweeps.errors.Terminated` (SIGTERM) where the job is, and the job context turns it into
-``outcome=killed``. From then on, any number of further signals (Ctrl-C held down, a scheduler
+While training, the first signal raises :class:`~sweeps.errors.Interrupted` (SIGINT, a
+KeyboardInterrupt) or :class:`~sweeps.errors.Terminated` (SIGTERM) where the job is, and the job
+context turns it into ``outcome=killed``. From then on, any number of further signals (Ctrl-C held down, a scheduler
 resending) are only noted (:func:`received`): they are never raised into the code that closes
 the runs, so every run is written whole and the process ends 130/143 with one line. While the
 job context opens or closes a run, even the first signal is only noted (:func:`held`): the run is
@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from sweeps.errors import Terminated
+from sweeps.errors import Terminated, signal_exception
 from sweeps.state import current
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -36,7 +36,7 @@ def _first(signum, frame) -> None:
     current().signals.append(signum)
     for s in SIGNALS:
         signal.signal(s, _note)
-    raise as_exception(signum)
+    raise signal_exception(signum)
 
 
 def install() -> None:
@@ -82,14 +82,9 @@ def stop_if_received() -> None:
     sweep was interrupted, even where something swallowed the first exception).
 
     Raises:
-        KeyboardInterrupt: SIGINT (or :class:`Terminated`: SIGTERM) was received."""
+        Interrupted: SIGINT (or :class:`Terminated`: SIGTERM) was received."""
     if received():
-        raise as_exception(received()[0])
-
-
-def as_exception(signum: int) -> KeyboardInterrupt:
-    """The exception a signal is raised as."""
-    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        raise signal_exception(received()[0])
 
 
 @contextmanager
