@@ -6,6 +6,7 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
     python scripts/bench_job_overhead.py [--repeats 3] [--epochs 10000] [--only study5,study4,startup]
     # study5-every-epoch: study 5 with mlflow.log_every_epochs=1 (the preset's 10 undone), for comparison
     # study5-threads1, study5-threads2: study 5 with device.threads=1 or 2 (job and hand loop alike)
+    # study5-extra --extra KEY=VALUE ...: study 5 with these overrides on top of the preset
 
 - study 5 (``+experiment=tabular_cpu_vs_gpu device=cpu dataset.train_size=1000``: the 13-16-32-16-1
   regressor, Adam 0.01, full batch, CPU): the marginal cost of an epoch, (wall of N epochs − wall
@@ -219,6 +220,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=10_000)
     ap.add_argument("--only", default="study5,study4,startup")
+    ap.add_argument("--extra", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="study5-extra: study 5 again with these overrides (e.g. mlflow.log_every_epochs=25)")
     args = ap.parse_args()
     fp = fingerprint()
     print(f"{time.strftime('%Y-%m-%d %H:%M')}  {fp['cpu']['model']} ({fp['cpu']['cores']} logical cores), "
@@ -232,6 +235,8 @@ def main() -> None:
     for threads in (1, 2):  # study5-threads1/2: torch's threads set (the hand loop runs with the same count)
         if f"study5-threads{threads}" in parts:
             study5(args.repeats, args.epochs, [f"device.threads={threads}"], f"device.threads={threads}")
+    if "study5-extra" in parts and args.extra:
+        study5(args.repeats, args.epochs, args.extra, " ".join(args.extra))
     if "study4" in parts:
         study4(args.repeats)
     if "startup" in parts:

@@ -317,3 +317,21 @@ def test_device_threads_set_torchs_threads_for_the_job_alone_and_are_tagged(tmp_
     assert in_process([*TINY, "seed=1"]) == "ok"
     assert set(seen) == {2}
     assert runs(tmp_path)[-1].data.tags["torch.threads"] == f"2 (torch default; {os.cpu_count()} cores)"
+
+
+def test_fewer_torch_threads_than_cores_leave_a_core_spare_for_the_writer_process():
+    """What a job tells its epoch log (``spare_core``): the writer process then starts from fewer
+    values to send, since its CPU does not come out of the training's threads."""
+    import torch
+
+    from sweeps.launch.placement.device import spare_core
+
+    cores, before = len(os.sched_getaffinity(0)), torch.get_num_threads()
+    try:
+        torch.set_num_threads(cores)
+        assert not spare_core()
+        if cores > 1:
+            torch.set_num_threads(cores - 1)
+            assert spare_core()
+    finally:
+        torch.set_num_threads(before)

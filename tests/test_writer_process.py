@@ -19,10 +19,10 @@ from sweeps.tracking.writer import RunWriter
 
 @pytest.fixture
 def handoff(monkeypatch):
-    """Hand a run to the writer process after 3 epochs (not 100), however few are left; the process
-    is ended after the test."""
+    """Hand a run to the writer process after 3 epochs (not 100), however few values are left; the
+    process is ended after the test."""
     monkeypatch.setattr(relay, "HANDOFF_EPOCHS", 3)
-    monkeypatch.setattr(relay, "HANDOFF_REMAINING", 0)
+    monkeypatch.setattr(relay, "HANDOFF_VALUES", 0)
     yield
     relay.stop()
 
@@ -114,8 +114,9 @@ def test_a_stalled_writer_process_is_taken_over_and_each_epoch_lands_once(tmp_pa
         assert _steps(client, writer.run_id, key) == list(range(1, 201))
 
 
-def test_a_job_about_to_end_keeps_its_in_process_queue(tmp_path, handoff, monkeypatch):
-    monkeypatch.setattr(relay, "HANDOFF_REMAINING", 1000)
+def test_a_job_with_few_values_to_come_keeps_its_in_process_queue(tmp_path, handoff, monkeypatch):
+    # 2 values an epoch: the 497 epochs to come are 994 values, fewer than a process start is worth
+    monkeypatch.setattr(relay, "HANDOFF_VALUES", 1000)
     client, writer = _run(tmp_path)
     log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600, last_epoch=500)
     for epoch in range(1, 501):
@@ -124,6 +125,25 @@ def test_a_job_about_to_end_keeps_its_in_process_queue(tmp_path, handoff, monkey
     log.close()
     writer.end("FINISHED")
     assert _steps(client, writer.run_id) == list(range(1, 501))
+
+
+def test_a_thinned_series_counts_only_the_epochs_it_sends(tmp_path, handoff, monkeypatch):
+    # 1,998 epochs to come, 2 values each: 3,996 values, but at log_every_epochs=10 only ~400 are
+    # sent: not worth a process. The series holds the first, every 10th and the last epoch
+    monkeypatch.setattr(relay, "HANDOFF_VALUES", 2000)
+    assert relay.worth_handing_over(1998, 2, every=1) and not relay.worth_handing_over(1998, 2, every=10)
+    monkeypatch.setattr(relay, "HANDOFF_VALUES_SPARE_CORE", 300)  # a core the training leaves free: fewer pay
+    assert relay.worth_handing_over(1998, 2, every=10, spare_core=True)
+    client, writer = _run(tmp_path)
+    writer.every_epochs = 10
+    log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600, last_epoch=2001)
+    for epoch in range(1, 2002):
+        log.append(_record(epoch))
+    assert not log.relayed and relay.running() is None
+    log.close()
+    writer.end("FINISHED")
+    assert _steps(client, writer.run_id) == [1, *range(10, 2001, 10), 2001]
+    assert len(read_journal(tmp_path / "run" / "epochs.jsonl")) == 2001  # the journal keeps every epoch
 
 
 @pytest.mark.slow  # starts a writer process (~3 s): the default suite keeps the kill -9 and no-store-call tests

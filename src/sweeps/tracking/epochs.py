@@ -4,8 +4,8 @@ Each record costs O(1) whatever the job's length: one JSON line appended to the 
 to the OS, so it survives a killed process), and at most one console row per ``log_every_s``
 seconds (the first and last epoch are always shown). Its metrics go to MLflow two ways: the
 first :data:`~sweeps.tracking.relay.HANDOFF_EPOCHS` epochs are queued on the run's in-process
-:class:`~sweeps.tracking.writer.RunWriter` (as are all of a job that ends within
-:data:`~sweeps.tracking.relay.HANDOFF_REMAINING` epochs after that); then the
+:class:`~sweeps.tracking.writer.RunWriter` (as are all of a job with fewer than
+:data:`~sweeps.tracking.relay.HANDOFF_VALUES` values to send after that); then the
 journal is handed to the writer process (:mod:`sweeps.tracking.relay`), which tails it, so a
 later epoch costs the training process nothing beyond its line. Without a journal (none asked, or
 a full disk stopped it) every epoch is queued in-process. Nothing here touches the device or
@@ -45,6 +45,8 @@ class EpochLog:
             journaled but not sent again, so no step is logged twice.
         rewrite: first rewrite the journal to hold ``records`` alone (a job resuming from its
             checkpoint runs the later epochs again).
+        spare_core: the training leaves a CPU core free (fewer torch threads than cores): the
+            writer process pays from fewer values (:func:`~sweeps.tracking.relay.worth_handing_over`).
 
     A journal that cannot be written (immutable, read-only, a full disk) is switched off with
     one warning and the ``sweeps.checkpoints`` tag, as when an append fails mid-job: the job goes
@@ -53,7 +55,8 @@ class EpochLog:
 
     def __init__(self, writer, journal: Path | None, regression: bool, log_every_s: float = 0.0,
                  last_epoch: int | None = None, records: list[dict] | None = None, logged_through: int = 0,
-                 rewrite: bool = False):
+                 rewrite: bool = False, spare_core: bool = False):
+        self.spare_core = spare_core
         self.writer, self.table = writer, EpochTable(regression)
         self.log_every_s, self.last_epoch = log_every_s, last_epoch
         self.records: list[dict] = list(records or [])
@@ -64,6 +67,7 @@ class EpochLog:
         self.off = ""  # why the journal stopped (a full disk)
         self.journal = journal
         self.relayed = False  # the journal was handed to the writer process
+        self._handoff_decided = False  # whether to hand over was weighed (after HANDOFF_EPOCHS epochs)
         self._journaled_through = 0  # the last epoch whose line the journal holds whole
         self._appended = 0  # records appended by this process
         if journal is not None:
@@ -89,11 +93,13 @@ class EpochLog:
         if self.writer is not None and rec["epoch"] > self.logged_through and not (self.relayed and self._file):
             if in_series(rec, self.writer.every_epochs):
                 self.writer.log_metrics(_metrics(rec), step=rec["epoch"])
-            if self._file is not None and self._appended >= relay.HANDOFF_EPOCHS and not self.relayed and (
-                    self.last_epoch is None or self.last_epoch - rec["epoch"] >= relay.HANDOFF_REMAINING):
-                # later epochs: the writer process reads them from the journal, from here on
-                self.relayed = relay.follow(self.writer.run_id, self.writer.client.tracking_uri, self.journal,
-                                            self._file.tell(), rec["epoch"], self.writer.every_epochs)
+            if self._file is not None and self._appended >= relay.HANDOFF_EPOCHS and not self._handoff_decided:
+                self._handoff_decided = True  # once per job: a process that cannot start is not retried per epoch
+                left = None if self.last_epoch is None else self.last_epoch - rec["epoch"]
+                if relay.worth_handing_over(left, len(_metrics(rec)), self.writer.every_epochs, self.spare_core):
+                    # later epochs: the writer process reads them from the journal, from here on
+                    self.relayed = relay.follow(self.writer.run_id, self.writer.client.tracking_uri, self.journal,
+                                                self._file.tell(), rec["epoch"], self.writer.every_epochs)
         self._console(rec)
 
     def _journal_failed(self, e: OSError) -> None:

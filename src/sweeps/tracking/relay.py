@@ -10,8 +10,9 @@ SQL store ingests ~50 µs per value and a job logs ~15 values per epoch; a threa
 process does that on the same GIL as the training (docs/benchmarks.md). Why tail the file rather
 than pipe each record: the line is written anyway, so the per-epoch cost is zero, not a second
 write (``scripts/bench_epoch_append.py``: ~11 µs per epoch for the line alone, ~23 µs with a pipe
-write on top). Short jobs (fewer than :data:`HANDOFF_EPOCHS` + :data:`HANDOFF_REMAINING` epochs:
-every job of most sweeps) never start the process, so it adds nothing to their fixed cost.
+write on top). Jobs with fewer than :data:`HANDOFF_VALUES` values still to send after :data:`HANDOFF_EPOCHS`
+epochs (every job of most sweeps) never start the process, so it adds nothing to their fixed cost
+(:func:`worth_handing_over`).
 
 At the job's end :func:`drain` asks for the run's last lines to be sent and waits for the answer
 (values sent, values lost). Anything but a clean answer — the process died (SIGKILL), timed out
@@ -37,10 +38,16 @@ from pathlib import Path
 
 log = logging.getLogger("sweeps")
 HANDOFF_EPOCHS = 100  # epochs a job logs in-process before its journal goes to the writer process
-# ... and only where this many epochs are still to come: a job that ends sooner sends less than
-# ~0.75 s of values (15 a 1-ms epoch at ~50 µs each) and is done before the process had even
-# imported mlflow (~1 s at nice 19), so it keeps its in-process queue
-HANDOFF_REMAINING = 1000
+# ... and only where the values still to send would cost the training process more than the
+# writer process costs to start. Its imports and its store take ~2 s of CPU (mlflow, SQLAlchemy;
+# 2-core VM), what ~40,000 values cost at MLflow's ~50 µs each; where the training's threads
+# keep every core busy that CPU is taken from the training either way, so a job with fewer values
+# to come (study 5's 10,000 epochs at mlflow.log_every_epochs=10: ~15,000) keeps its in-process
+# queue: 1.24× its hand loop instead of 1.49× (docs/benchmarks.md, "The hand-over by values")
+HANDOFF_VALUES = 40_000
+# where the training leaves a core free (device.threads below the cores) the start costs it
+# nothing, and sending moves off its GIL: worth it from ~0.5 s of values (1.22× vs 1.43× there)
+HANDOFF_VALUES_SPARE_CORE = 10_000
 STALL_S = 5.0  # s a drain waits for the writer process's next sign of progress before taking over
 # s after killing a stalled writer process before the job reads the run's history: a request a
 # tracking server had received whole is committed by then, so the replay does not send it again
@@ -48,6 +55,19 @@ SETTLE_S = 1.0
 
 _lock = threading.Lock()  # one request at a time per process (pool workers may run jobs in threads)
 _proc: subprocess.Popen | None = None
+
+
+def worth_handing_over(epochs_left: int | None, values_per_epoch: int, every: int = 1,
+                       spare_core: bool = False) -> bool:
+    """Whether a job with ``epochs_left`` epochs to come (None: not known), each with
+    ``values_per_epoch`` metric values of which every ``every``-th epoch's go to the series
+    (``mlflow.log_every_epochs``), has enough left to send to pay for the writer process's start:
+    at least :data:`HANDOFF_VALUES` values, or :data:`HANDOFF_VALUES_SPARE_CORE` where its torch
+    threads leave a core free (``spare_core``)."""
+    if epochs_left is None:
+        return True
+    least = HANDOFF_VALUES_SPARE_CORE if spare_core else HANDOFF_VALUES
+    return epochs_left // max(every, 1) * values_per_epoch >= least
 
 
 @dataclass

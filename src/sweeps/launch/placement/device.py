@@ -201,6 +201,14 @@ def job_devices(cfg: DictConfig, device: torch.device) -> list:
     return list(current().pool_held) or [torch.device("cuda", r) for r in range(cfg.gpus)]
 
 
+def spare_core() -> bool:
+    """Whether torch's intra-op threads leave one of this process's CPU cores free (``device.threads``
+    below the cores it may run on): the MLflow writer process then costs the training nothing
+    (:func:`sweeps.tracking.relay.worth_handing_over`)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return torch.get_num_threads() < cores
+
+
 @contextmanager
 def cpu_threads(threads: int | None) -> Iterator[str]:
     """torch's intra-op CPU threads for one job: ``threads`` (``device.threads``) or, when None,

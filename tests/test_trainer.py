@@ -1,0 +1,67 @@
+"""The training pass users' figures come from: its loss and accuracy are the sample-weighted means
+over the epoch's batches, and the model is in training mode for every pass after an evaluation,
+however the pass avoids re-setting the mode each epoch."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from sweeps.data.spec import DataSpec
+from sweeps.train.loop import Trainer
+
+CPU = torch.device("cpu")
+SPEC = DataSpec((4,), 3)
+
+
+def _batches(sizes, seed: int = 0) -> list:
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(b, 4, generator=g), torch.randint(0, 3, (b,), generator=g)) for b in sizes]
+
+
+class Recorder(nn.Module):
+    """A classifier that records, per forward, whether it and its dropout were in training mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.drop = nn.Linear(4, 3), nn.Dropout(0.5)
+        self.modes: list[tuple[bool, bool]] = []
+
+    def forward(self, x):
+        self.modes.append((self.training, self.drop.training))
+        return self.fc(self.drop(x))
+
+
+def _trainer(model: nn.Module) -> Trainer:
+    return Trainer(model, SPEC, torch.optim.SGD(model.parameters(), lr=0.0), None, CPU)  # lr 0: the weights stay
+
+
+def test_the_epoch_loss_and_accuracy_are_weighted_by_batch_size():
+    model = Recorder()
+    model.drop.p = 0.0
+    data = _batches([5, 2, 7])
+    rec = _trainer(model).train_epoch(data, "t")
+    with torch.no_grad():
+        losses = [nn.functional.cross_entropy(model.fc(x), y).item() * len(x) for x, y in data]
+        hits = [(model.fc(x).argmax(1) == y).sum().item() for x, y in data]
+    assert rec["samples"] == 14
+    assert rec["train/loss"] == pytest.approx(sum(losses) / 14, rel=1e-6)
+    assert rec["train/acc"] == pytest.approx(sum(hits) / 14)
+
+
+def test_an_epoch_without_batches_reports_zero_samples():
+    rec = _trainer(Recorder()).train_epoch([], "t")
+    assert rec["samples"] == 0 and rec["train/loss"] == 0.0 and rec["train/acc"] == 0.0
+
+
+def test_every_training_pass_runs_in_training_mode_after_an_evaluation():
+    model = Recorder().eval()  # built, then left in eval mode by the user's own code
+    trainer = _trainer(model)
+    data = _batches([3])
+    trainer.train_epoch(data, "t")
+    trainer.train_epoch(data, "t")
+    trainer.evaluate(data)
+    trainer.train_epoch(data, "t")
+    model.eval()  # someone else switched it: the next pass still trains
+    trainer.train_epoch(data, "t")
+    assert model.modes == [(True, True), (True, True), (False, False), (True, True), (True, True)]
