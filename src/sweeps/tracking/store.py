@@ -196,11 +196,6 @@ def _experiment(client: MlflowClient, name: str) -> tuple[MlflowClient, str]:
         return client, exp.experiment_id
 
 
-def parent_run_id() -> str | None:
-    """The sweep's parent run id, when a sweep callback opened one in this process tree."""
-    return os.environ.get(PARENT_RUN_ENV) or None
-
-
 def flatten(cfg: DictConfig, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """The resolved config as ``{dotted.key: str(value)}`` (lists kept whole, e.g. ``[64, 128]``),
     without the top-level nodes ``skip``."""
