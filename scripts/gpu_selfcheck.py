@@ -16,7 +16,7 @@ the date. The checks (thresholds and why: ``scripts/selfcheck_checks.py``, ``sel
 - ResNet-50 inference at batch 128: CUDA events ≈ synchronized clock, naive clock < 50 %;
 - OOM recovery: memory back to baseline, throughput ≥ 0.98 of a fresh process;
 - a 4-job CLI sweep with ``compile=true`` in one process: every job compiled, MFU, energy;
-- ``task=max_batch`` finds the same boundary twice;
+- ``task=max_batch`` finds the same boundary twice (within 0.5 %);
 - two GPUs: pool exclusivity, a DDP job ok, an injected OOM on rank 1 ends ``oom`` in < 60 s;
 - finally ``pytest -m gpu``.
 

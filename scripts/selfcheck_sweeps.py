@@ -75,13 +75,17 @@ def compile_sweep(dev: torch.device) -> list:
 
 
 def max_batch_twice(dev: torch.device) -> list:
+    """``task=max_batch`` twice (repeat=0,1): both searches end ``exact`` within 0.5 % of each
+    other. Not to the example: near the boundary whether a batch fits also depends on cuDNN's
+    workspace choices and the allocator's state (an H100 gave 25,680 and 25,664, 0.06 % apart)."""
     cwd = Path(tempfile.mkdtemp(prefix="selfcheck-max-batch-"))
     proc = cli(["-m", "task=max_batch", "model=cnn10", "dataset=synthetic", "dataset.shape=[3,32,32]",
                        "dataset.train_size=1024", "dataset.test_size=256", "repeat=0,1", "device=cuda",
                        "max_batch.start=256", "telemetry.figure=false"], cwd)
     runs = jobs(cwd)[0] if proc.returncode == 0 else []
     found = [(r.data.metrics.get("mem/max_batch"), r.data.tags.get("max_batch.bound")) for r in runs]
-    return [row("max_batch: the same boundary twice", len(found) == 2 and found[0] == found[1] and found[0][1] == "exact",
+    same = len(found) == 2 and all(b == "exact" and n for n, b in found) and abs(found[0][0] / found[1][0] - 1) <= 0.005
+    return [row("max_batch: the same boundary twice (0.5 %)", same,
                 str(found) if found else (proc.stderr.strip().splitlines() or ["?"])[-1][:200])]
 
 

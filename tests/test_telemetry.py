@@ -166,7 +166,10 @@ def test_fingerprint_reads_driver_cuda_and_power_limit_from_nvml():
 def test_a_cuda_job_samples_its_gpu_through_the_module_telemetry_imports(monkeypatch):
     fake = FakeNVML(time.monotonic)
     monkeypatch.setattr(telemetry_nvml, "pynvml", fake)  # where sweeps.telemetry.sampler finds nvidia-ml-py
-    tel = for_job(1000, torch.device("cuda", 0))  # no CUDA here: found by index, not UUID
+    # no CUDA UUID (as on a machine without CUDA): found by index. On a GPU machine torch's real
+    # UUID would name a GPU the fake does not have
+    monkeypatch.setattr(telemetry_nvml, "device_uuid", lambda index: None)
+    tel = for_job(1000, torch.device("cuda", 0))
     tel.epoch_start(1)
     m = tel.epoch_end(1)
     tel.stop()
@@ -231,7 +234,9 @@ def test_cli_jobs_log_host_telemetry_and_say_why_gpu_is_off(cli_sweep):
         assert 1 in [m.step for m in client.get_metric_history(ok.info.run_id, key)], key
     assert not any(k.startswith(("gpu/", "energy/")) for k in ok.data.metrics)
     fp = json.loads(open(client.download_artifacts(ok.info.run_id, "fingerprint.json", str(cwd))).read())
-    assert fp["torch"] == torch.__version__ and fp["cpu"]["cores"] and fp["ram_gb"] > 0 and fp["gpus"] == []
+    # the machine's GPUs, whatever device the job ran on (an H100 machine listed its one)
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert fp["torch"] == torch.__version__ and fp["cpu"]["cores"] and fp["ram_gb"] > 0 and len(fp["gpus"]) == cuda
     for tag in ("env.cudnn", "env.cuda_driver", "env.power_limit_w", "env.gpu_memory_gb", "env.os"):
         assert ok.data.tags[tag], tag
 
@@ -256,8 +261,10 @@ def test_cli_sampler_stops_and_logs_artifacts_on_every_outcome(cli_sweep, job):
 
 def test_epochs_shorter_than_the_edge_gap_skip_their_edge_samples_and_energy():
     """A sample costs ~0.15 ms: a 1-ms epoch must not pay two. The first epoch always gets its
-    edges; later ones only when the last sample is at least EDGE_GAP_S old; an epoch without its
-    edges has no energy figure (and then the job has no energy/train_j)."""
+    edges; an epoch that follows a long one gets them however soon it starts (a GPU job's short
+    evaluation between epochs: on an H100 a 2-epoch job lost its energy/train_j without this);
+    after a short epoch, only when the last sample is at least EDGE_GAP_S old. An epoch without
+    its edges has no energy figure (and then the job has no energy/train_j)."""
     from sweeps.telemetry.sampler import EDGE_GAP_S
 
     clock = Clock()
@@ -267,17 +274,40 @@ def test_epochs_shorter_than_the_edge_gap_skip_their_edge_samples_and_energy():
     tel.epoch_start(1)
     clock.t = 2
     assert "gpu/energy_j" in tel.epoch_end(1)
-    tel.epoch_start(2)  # right after epoch 1's end sample: no edge
+    clock.t += EDGE_GAP_S / 10  # a short evaluation
+    tel.epoch_start(2)  # after a 1-s epoch: edges, however soon
     clock.t += EDGE_GAP_S / 10
-    assert "gpu/energy_j" not in tel.epoch_end(2)
+    assert "gpu/energy_j" in tel.epoch_end(2)
+    tel.epoch_start(3)  # right after a short epoch's end sample: no edge
+    clock.t += EDGE_GAP_S / 10
+    assert "gpu/energy_j" not in tel.epoch_end(3)
     clock.t += 1
-    tel.epoch_start(3)  # a second later: edges again
+    tel.epoch_start(4)  # a second later: edges again
     clock.t += 1
-    assert "gpu/energy_j" in tel.epoch_end(3)
+    assert "gpu/energy_j" in tel.epoch_end(4)
     tel.stop()
-    assert [w.exact for w in tel.windows] == [True, False, True]
-    assert sum(1 for r in tel.rows if r[3] in ("epoch_start", "epoch_end")) == 4
+    assert [w.exact for w in tel.windows] == [True, True, False, True]
+    assert sum(1 for r in tel.rows if r[3] in ("epoch_start", "epoch_end")) == 6
     assert "energy/train_j" not in tel.summary(100) and "energy/total_j" in tel.summary(100)
+
+
+def test_a_job_of_long_epochs_with_short_evaluations_between_them_has_its_training_energy():
+    """Every epoch of ≥ EDGE_GAP_S with its edges, so the job's energy/train_j is the sum of
+    its epochs' counter differences (what the GPU self-check found missing on an H100)."""
+    from sweeps.telemetry.sampler import EDGE_GAP_S
+
+    clock = Clock()
+    tel = Telemetry(1000, ["GPU-fake-0"], nvml=FakeNVML(clock), clock=clock)
+    tel.start()
+    per_epoch = []
+    for epoch in range(1, 4):
+        clock.t += EDGE_GAP_S / 20  # evaluation
+        tel.epoch_start(epoch)
+        clock.t += 0.5
+        per_epoch.append(tel.epoch_end(epoch)["gpu/energy_j"])
+    tel.stop()
+    assert tel.summary(300)["energy/train_j"] == pytest.approx(sum(per_epoch))
+    assert all(w.exact for w in tel.windows)
 
 
 def test_the_machine_cpu_pct_of_a_sample_spans_the_time_since_the_previous_row_on_any_thread(monkeypatch):

@@ -65,3 +65,21 @@ def test_every_training_pass_runs_in_training_mode_after_an_evaluation():
     model.eval()  # someone else switched it: the next pass still trains
     trainer.train_epoch(data, "t")
     assert model.modes == [(True, True), (True, True), (False, False), (True, True), (True, True)]
+
+
+def test_regression_targets_from_python_floats_train_against_the_outputs_shape():
+    """A user's dataset returning Python floats gives float64 targets of shape (B,): the loss is
+    the mean squared error against (B, 1) outputs, not MSELoss's (B, B) broadcast, and the backward
+    runs on any torch (torch 2.11 refused float64 targets)."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    spec = DataSpec((4,), 1, "regression")
+    x = torch.randn(6, 4)
+    y = torch.randn(6, dtype=torch.float64)
+    trainer = Trainer(model, spec, torch.optim.SGD(model.parameters(), lr=0.0), None, CPU)
+    with torch.no_grad():
+        right = nn.functional.mse_loss(model(x), y.float().unsqueeze(1)).item()
+        broadcast = ((model(x) - y.float()) ** 2).mean().item()  # the (B, B) mistake
+    rec = trainer.train_epoch([(x, y)], "t")
+    assert rec["train/loss"] == pytest.approx(right, rel=1e-6) and right != pytest.approx(broadcast, rel=1e-3)
+    assert trainer.evaluate([(x, y)])["test/loss"] == pytest.approx(right, rel=1e-6)

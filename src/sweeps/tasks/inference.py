@@ -3,9 +3,13 @@
 Three ways to time it (``timing.mode``), so study 3 of the design notes can show why only two are
 right:
 
-- ``naive``: a host clock around each forward, no synchronize. On CUDA this measures how long
-  the host took to *enqueue* the kernels, not to run them — kept only to show its error
-  (0.01 s naive vs 0.32 s true for ResNet-50, batch 128, on a T4).
+- ``naive``: a host clock around each forward, no synchronize inside the reading. On CUDA this
+  measures how long the host took to *enqueue* the kernels, not to run them — kept only to show
+  its error (0.01 s naive vs 0.32 s true for ResNet-50, batch 128, on a T4; 4 ms vs 39 ms on an
+  H100, fp32). Each reading starts on an idle GPU (a synchronize before it, outside the reading),
+  as in a script that times one call: back to back, the launch queue fills after a few passes
+  and the host then waits for the GPU at each launch, so the naive clock reads the true time by
+  accident (measured on an H100: 5.5 ms for the first five passes, 39 ms from the seventh).
 - ``sync``: a host clock with ``torch.cuda.synchronize()`` before reading it: true, but each
   iteration pays a host round trip.
 - ``events``: a pair of CUDA events per iteration, resolved once at the end: true, and no sync
@@ -70,6 +74,8 @@ def time_forward(model: nn.Module, x: torch.Tensor, mode: str, warmup: int, iter
             times = [a.elapsed_time(b) for a, b in pairs]
         else:
             for _ in range(iters):
+                if mode == "naive":
+                    synchronize(device)  # an idle GPU, outside the reading (see the module's docstring)
                 t = time.perf_counter()
                 model(x)
                 if mode == "sync":

@@ -2,8 +2,10 @@
 
 Search: double the batch from ``max_batch.start`` until a trial runs out of memory (or
 ``max_batch.limit`` is reached), then bisect between the last batch that fit and the first that
-did not — exact to one example, in about 2·log2(N) trials. "Fits" assumes memory grows with the
-batch, which it does for these models.
+did not — exact to one example of its own trials, in about 2·log2(N) trials. "Fits" assumes
+memory grows with the batch, which it does for these models. Two searches can still differ by a
+few examples: near the boundary, whether a batch fits also depends on cuDNN's workspace choices
+and the allocator's state (cnn10 on an H100: 25,680 and 25,664, 0.06 % apart).
 
 A trial is one real training step at that batch — forward, backward and optimizer step through
 the job's own :class:`~sweeps.train.loop.Trainer` (same precision, autocast, loss scaling,

@@ -74,6 +74,8 @@ class Trainer:
             timer.mark()  # data: waiting for the batch, and its copy to the device
             with self.precision.autocast(dev):
                 out = model(x)
+                if self.regression:
+                    y = regression_target(out, y)
                 loss = self.loss_fn(out, y)
             part = loss.detach().float() * len(x)  # a new fp32 tensor: summing into it in place is safe
             loss_sum = part if loss_sum is None else loss_sum.add_(part)
@@ -123,9 +125,11 @@ class Trainer:
             x, y = self._input(x), y.to(self.device, non_blocking=True)
             with self.precision.autocast(self.device):
                 out = self.model(x)
+                if self.regression:
+                    y = regression_target(out, y)
                 loss_sum += self.loss_fn(out, y).float() * len(x)
             if self.regression:  # whatever the loss, RMSE is the root of the mean squared error
-                sq_sum += (out.float() - y.float().reshape(out.shape)).square().sum() / max(out[0].numel(), 1)
+                sq_sum += (out.float() - y.float()).square().sum() / max(out[0].numel(), 1)
             else:
                 correct += (out.argmax(1) == y).sum()
             seen += len(x)
@@ -204,6 +208,25 @@ class Trainer:
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated(self.device) / 2**20
         return peak_rss / 2**20
+
+
+def regression_target(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """A regression batch's targets ``y`` shaped as the model's outputs ``out`` ((B,) → (B, 1))
+    and in their float type, at least fp32 (bf16/fp16 outputs under autocast keep fp32 targets).
+
+    Why: a user's dataset that returns Python floats reaches the loop as float64 ``(B,)``
+    (``default_collate``). ``MSELoss`` would broadcast ``(B, 1)`` against ``(B,)`` to ``(B, B)``,
+    a wrong loss with only a warning, and torch 2.11's backward refuses float64 targets
+    ("Found dtype Double but expected Float", seen on an H100 machine). A no-op (two attribute
+    reads) when the data already match, as the built-in datasets do.
+
+    Raises:
+        RuntimeError: the targets do not have as many values as the outputs (torch's reshape).
+    """
+    dtype = torch.promote_types(out.dtype, torch.float32)
+    if y.dtype != dtype or y.shape != out.shape:
+        y = y.to(dtype).reshape(out.shape)
+    return y
 
 
 def summarize(records: list[dict], regression: bool) -> dict[str, float]:

@@ -80,12 +80,16 @@ def reset_peak(device: torch.device) -> None:
 
 
 def warm_cublas(device: torch.device) -> None:
-    """One small matmul on ``device``, so cuBLAS has allocated its workspace (through the caching
-    allocator, per handle and stream: a few MiB that stay) before a memory baseline is taken.
-    Taken before, the baseline is lower than what any later step can return to. No-op on a CPU."""
+    """A small matmul on ``device``, forward and backward, so cuBLAS has allocated its workspaces
+    (through the caching allocator, per handle and stream, and the handles are per thread) before
+    a memory baseline is taken: the forward's on this thread, and the backward's on the autograd
+    engine's device thread, which has a handle of its own (measured on an H100, torch 2.11: a
+    32-MiB workspace that the first backward added and that stayed). Taken before, the baseline
+    is lower than what any later step can return to. No-op on a CPU."""
     if device.type == "cuda":
-        a = torch.ones(8, 8, device=device)
-        (a @ a + torch.addmm(a[0], a, a)).sum().item()  # cuBLAS and cuBLASLt (addmm's bias epilogue)
+        a = torch.ones(8, 8, device=device, requires_grad=True)
+        (a @ a + torch.addmm(a[0], a, a)).sum().backward()  # cuBLAS and cuBLASLt (addmm's bias epilogue)
+        a.grad.sum().item()
 
 
 atexit.register(gc.unfreeze)  # before shutdown: what release_memory froze is finalized as usual
