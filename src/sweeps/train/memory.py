@@ -87,9 +87,10 @@ def warm_cublas(device: torch.device) -> None:
     32-MiB workspace that the first backward added and that stayed). Taken before, the baseline
     is lower than what any later step can return to. No-op on a CPU."""
     if device.type == "cuda":
-        a = torch.ones(8, 8, device=device, requires_grad=True)
-        (a @ a + torch.addmm(a[0], a, a)).sum().backward()  # cuBLAS and cuBLASLt (addmm's bias epilogue)
-        a.grad.sum().item()
+        with torch.inference_mode(False), torch.enable_grad():  # a backward, whatever the caller's mode
+            a = torch.ones(8, 8, device=device, requires_grad=True)
+            (a @ a + torch.addmm(a[0], a, a)).sum().backward()  # cuBLAS and cuBLASLt (addmm's bias epilogue)
+            a.grad.sum().item()
 
 
 atexit.register(gc.unfreeze)  # before shutdown: what release_memory froze is finalized as usual
