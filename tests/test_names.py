@@ -93,3 +93,15 @@ def test_every_metric_and_tag_key_in_the_code_comes_from_the_names_module():
             if KEY.match(text) and not _module_path(text):
                 found.append(f"{path.relative_to(REPO)}:{line}: {text!r}")
     assert found == [], "keys spelled out instead of taken from sweeps.names:\n" + "\n".join(found)
+
+
+def test_mlflow_names_written_out_here_are_mlflows():
+    """A job's process uses these without importing mlflow (its store calls run in the store's
+    own process): an MLflow release that renames one must fail here, not in the UI."""
+    from mlflow.utils import mlflow_tags, validation
+
+    for name in ("MLFLOW_RUN_NOTE", "MLFLOW_SOURCE_NAME", "MLFLOW_SOURCE_TYPE", "MLFLOW_USER", "MLFLOW_GIT_COMMIT",
+                 "MLFLOW_DATASET_CONTEXT"):
+        assert getattr(names, name) == getattr(mlflow_tags, name), name
+    assert (names.MAX_PARAM_VAL_LENGTH, names.MAX_TAG_VAL_LENGTH) == (validation.MAX_PARAM_VAL_LENGTH,
+                                                                      validation.MAX_TAG_VAL_LENGTH)

@@ -65,7 +65,14 @@ ENV_CUDA_DRIVER, ENV_CUDNN, ENV_TORCH, ENV_TORCHVISION = "env.cuda_driver", "env
 ENV_PYTHON, ENV_GIT_COMMIT = "env.python", "env.git_commit"
 
 # ── how runs read in the MLflow UI (sweeps.tracking.naming, .inputs) ────────────────────────
-# MLflow's own tags (mlflow.note.content, mlflow.source.*, mlflow.user) come from mlflow.utils.mlflow_tags.
+# MLflow's own tag names and value limits (mlflow.utils.mlflow_tags, mlflow.utils.validation), written out
+# so a job's process never imports mlflow for them (its store calls run in sweeps.tracking.store_process);
+# tests/test_names.py checks each against MLflow's.
+MLFLOW_RUN_NOTE = "mlflow.note.content"  # a run's description (markdown)
+MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE = "mlflow.source.name", "mlflow.source.type"
+MLFLOW_USER, MLFLOW_GIT_COMMIT = "mlflow.user", "mlflow.source.git.commit"
+MLFLOW_DATASET_CONTEXT = "mlflow.data.context"  # an input's context tag: train or eval
+MAX_PARAM_VAL_LENGTH, MAX_TAG_VAL_LENGTH = 6000, 8000  # characters MLflow keeps of a param's / tag's value
 SOURCE_NAME = "python -m sweeps"  # mlflow.source.name of every run (type LOCAL)
 SWEEP_ID_CHARS = 6  # a sweep's short id: the first characters of its parent run id, "#3fa2c1" in names
 TRAIN_EXAMPLES, TEST_EXAMPLES = "data.train_examples", "data.test_examples"  # params: examples actually used

@@ -22,8 +22,6 @@ from pathlib import Path
 
 import psutil
 import torch
-from mlflow.entities import SourceType
-from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER
 
 from sweeps import names
 from sweeps.names import SOURCE_NAME
@@ -162,7 +160,7 @@ def fingerprint() -> dict:
         "cuda_driver": nv.get("cuda_driver"),  # the newest CUDA the driver supports
         "cuda_runtime": torch.version.cuda,  # the CUDA torch was built with
         "cudnn": _cudnn(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a plain str: TorchVersion would unpickle by importing torch
         "torchvision": _torchvision_version(),
         "numpy": numpy.__version__,
         "python": platform.python_version(),
@@ -220,11 +218,10 @@ def source_tags(git_commit: str) -> dict[str, str]:
         user = getpass.getuser()
     except (KeyError, OSError):  # no passwd entry for this uid (containers) and no $USER
         user = os.environ.get("USER") or "unknown"
-    tags = {MLFLOW_SOURCE_NAME: SOURCE_NAME, MLFLOW_SOURCE_TYPE: SourceType.to_string(SourceType.LOCAL),
-            MLFLOW_USER: user}
+    tags = {names.MLFLOW_SOURCE_NAME: SOURCE_NAME, names.MLFLOW_SOURCE_TYPE: "LOCAL", names.MLFLOW_USER: user}
     commit = git_commit.removesuffix("-dirty")
     if commit and commit != "unknown":
-        tags[MLFLOW_GIT_COMMIT] = commit
+        tags[names.MLFLOW_GIT_COMMIT] = commit
     return tags
 
 

@@ -18,15 +18,17 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from mlflow import MlflowClient
-from mlflow.data.schema import TensorDatasetSchema
-from mlflow.entities import Dataset, DatasetInput, InputTag
-from mlflow.types import Schema, TensorSpec
-from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
 from sweeps import names
 from sweeps.errors import brief
+from sweeps.tracking.store_service import in_store
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Dataset
 
 log = logging.getLogger("sweeps")
 GENERATED = "generated:"  # the fingerprint's prefix for data made from the config
@@ -51,6 +53,10 @@ def dataset(name: str, split: str, fingerprint: str, root: str | None, in_shape:
             regression: bool) -> Dataset:
     """One MLflow dataset entity (see the module docstring); ``root`` is the folder the files are
     read from, None for generated data."""
+    from mlflow.data.schema import TensorDatasetSchema
+    from mlflow.entities import Dataset
+    from mlflow.types import Schema, TensorSpec
+
     features = Schema([TensorSpec(np.dtype(np.float32), (-1, *map(int, in_shape)), "input")])
     targets = Schema([TensorSpec(np.dtype(np.float32 if regression else np.int64), (-1,), "target")])
     schema = TensorDatasetSchema(features, targets).to_dict()
@@ -74,16 +80,19 @@ def dataset(name: str, split: str, fingerprint: str, root: str | None, in_shape:
 
 def log_datasets(client: MlflowClient, run_id: str, name: str, fingerprint: str, root: str | None,
                  in_shape: Sequence[int], train_n: int | None, test_n: int, regression: bool) -> None:
-    """Log the job's train (when ``train_n`` is not None) and eval inputs to ``run_id``: one call.
+    """Log the job's train (when ``train_n`` is not None) and eval inputs to ``run_id``: one call
+    (where ``client`` is: :func:`~sweeps.tracking.store_service.in_store`).
 
     Raises:
         mlflow.exceptions.MlflowException: the store refused them (the caller decides).
     """
+    from mlflow.entities import DatasetInput, InputTag
+
     inputs = []
     for split, context, rows in (("train", "train", train_n), ("test", "eval", test_n)):
         if rows is not None:
             entity = dataset(name, split, fingerprint, root, in_shape, rows, regression)
-            inputs.append(DatasetInput(entity, [InputTag(MLFLOW_DATASET_CONTEXT, context)]))
+            inputs.append(DatasetInput(entity, [InputTag(names.MLFLOW_DATASET_CONTEXT, context)]))
     client.log_inputs(run_id, datasets=inputs)
 
 
@@ -94,8 +103,8 @@ def log_job_data(writer, dataset_cfg, fingerprint: str, in_shape: Sequence[int],
     that refuses the inputs is reported in one line and the job goes on."""
     try:
         writer.log_params(example_params(in_shape, train_n, test_n))
-        log_datasets(writer.client, writer.run_id, str(dataset_cfg.name), fingerprint, dataset_cfg.get("root"),
-                     in_shape, train_n, test_n, regression)
+        in_store(writer.client, log_datasets, writer.run_id, str(dataset_cfg.name), fingerprint, dataset_cfg.get("root"),
+                 [int(d) for d in in_shape], train_n, test_n, regression)
     except Exception as e:  # noqa: BLE001 (inputs describe the job; they never stop it)
         log.warning("MLflow: dataset inputs and example counts of run %s not logged (%s: %s)", writer.run_id,
                     type(e).__name__, brief(e))

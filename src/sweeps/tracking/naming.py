@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from mlflow.entities import Param
-from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
-
 from sweeps import names
 
 MAX_NAME = 120  # characters: MLflow allows 250, the run list shows far fewer
-MAX_NOTE = MAX_TAG_VAL_LENGTH  # characters of a description (8,000: a tag value's limit)
+MAX_NOTE = names.MAX_TAG_VAL_LENGTH  # characters of a description (8,000: a tag value's limit)
 # keys that name the run already (model, batch, device) or are housekeeping, never in the name
 _NAMED = ("model", "batch", "device")
 # swept groups whose option reads well alone ("bf16", "adam"); other keys keep their last part: "base_lr=0.05"
@@ -112,9 +109,11 @@ def job_note(outcome: str, error: str, table: str) -> str:
     return _cap("\n".join([head, "", *(f"    {line}" for line in table.splitlines())]))
 
 
-def shared_params(param_sets: list[dict[str, str]]) -> list[Param]:
+def shared_params(param_sets: list[dict[str, str]]) -> list:
     """The params every one of ``param_sets`` has with the same value (a sweep's fixed config),
-    sorted by key; ``[]`` for no sets."""
+    sorted by key, as :class:`mlflow.entities.Param`; ``[]`` for no sets."""
+    from mlflow.entities import Param  # the sweep's process, which has its own client
+
     if not param_sets:
         return []
     first, rest = param_sets[0], param_sets[1:]

@@ -29,6 +29,7 @@ import queue
 import sys
 import threading
 
+from sweeps.tracking import priority
 from sweeps.tracking.series import in_series
 from sweeps.tracking.writer import RunWriter
 
@@ -92,10 +93,7 @@ class Follower:
 
 def main() -> None:
     faulthandler.enable()  # a native crash (sqlite, a driver) prints the stacks on the job's stderr
-    try:  # the whole process (its sender threads too) at the lowest priority: the training comes first
-        os.setpriority(os.PRIO_PROCESS, 0, 19)
-    except (AttributeError, OSError):
-        pass
+    priority.lowest()  # the whole process (its sender threads too), its session's group too: the training comes first
     logging.basicConfig(level=logging.WARNING, format="[sweeps writer process] %(levelname)s %(message)s")
     from mlflow import MlflowClient  # after the priority: its ~1 s of imports runs at nice 19 too
 

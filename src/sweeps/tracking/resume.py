@@ -11,14 +11,16 @@ import logging
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mlflow import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from sweeps import names
 from sweeps.names import DONE, HASH_TAG, HOST_TAG, PID_TAG, RESUMED_TAG  # noqa: F401 (re-exported)
 from sweeps.tracking.epochs import JOURNAL, read_journal
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 log = logging.getLogger("sweeps")
 

@@ -81,8 +81,25 @@ def quiet_sqlite() -> None:
     _quiet.append(True)
 
 
-def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -> tuple[MlflowClient, str]:
-    """Client for the store and the experiment id, creating DB and experiment if needed.
+def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -> tuple[Any, str]:
+    """Client for the store and the experiment id, creating DB and experiment if needed: the
+    store's own process's client where the command started one for this store
+    (:mod:`sweeps.tracking.store_service`: this process then never imports mlflow), else an
+    :class:`mlflow.MlflowClient` of this process (:func:`open_store`).
+
+    Raises:
+        UsageError: the store cannot be opened or the server does not answer (one line).
+    """
+    from sweeps.tracking import store_service
+
+    uri = tracking_uri(cfg)
+    opened = store_service.opened(uri, str(cfg.mlflow.experiment))
+    return opened if opened is not None else open_store(uri, str(cfg.mlflow.experiment), hold)
+
+
+def open_store(uri: str, experiment: str, hold: Callable[[], ContextManager] = nullcontext) -> tuple[MlflowClient, str]:
+    """An :class:`mlflow.MlflowClient` on ``uri`` and the id of ``experiment`` there, creating DB
+    and experiment if needed.
 
     A brand-new sqlite DB migrated by several processes at once fails, so creation is serialized
     by a lock file beside the DB; a tracking server is asked for ``/health`` first, so an
@@ -99,7 +116,6 @@ def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -
     from mlflow.exceptions import MlflowException
     from sqlalchemy.exc import SQLAlchemyError
 
-    uri = tracking_uri(cfg)
     quiet_sqlite()
     if uri.startswith(("http://", "https://")):
         _check_server(uri)
@@ -108,10 +124,10 @@ def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -
         if path:
             with FileLock(path + ".lock", timeout=CREATE_LOCK_TIMEOUT_S), hold():
                 new_store.ensure(path)  # a missing DB: a copy of the migrated template (seconds saved)
-                opened = _experiment(MlflowClient(uri), cfg.mlflow.experiment)
+                opened = _experiment(MlflowClient(uri), experiment)
             _check_writable(path)
             return opened
-        return _experiment(MlflowClient(uri), cfg.mlflow.experiment)
+        return _experiment(MlflowClient(uri), experiment)
     except (MlflowException, OSError, SQLAlchemyError, sqlite3.Error, Timeout) as e:
         detail = brief(e)
         hint = ("it is not an sqlite database: move it aside" if "not a database" in detail else
@@ -181,6 +197,11 @@ def _check_server(uri: str, timeout_s: float = 5.0) -> None:
                          "(mlflow server ...) or set mlflow.tracking_uri / MLFLOW_TRACKING_URI") from None
 
 
+def experiment_id(client: MlflowClient, name: str) -> str:
+    """The id of experiment ``name``, created if missing (another process may create it meanwhile)."""
+    return _experiment(client, name)[1]
+
+
 def _experiment(client: MlflowClient, name: str) -> tuple[MlflowClient, str]:
     from mlflow.exceptions import MlflowException
 
@@ -199,8 +220,6 @@ def _experiment(client: MlflowClient, name: str) -> tuple[MlflowClient, str]:
 def flatten(cfg: DictConfig, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """The resolved config as ``{dotted.key: str(value)}`` (lists kept whole, e.g. ``[64, 128]``),
     without the top-level nodes ``skip``."""
-    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
-
     out: dict[str, str] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -208,7 +227,7 @@ def flatten(cfg: DictConfig, skip: tuple[str, ...] = ()) -> dict[str, str]:
             for k, v in node.items():
                 walk(v, f"{prefix}{k}.")
             return
-        out[prefix[:-1]] = str(node)[:MAX_PARAM_VAL_LENGTH]
+        out[prefix[:-1]] = str(node)[:names.MAX_PARAM_VAL_LENGTH]
 
     data = OmegaConf.to_container(cfg, resolve=True)
     walk({k: v for k, v in data.items() if k not in skip}, "")

@@ -7,8 +7,10 @@ store: a 10,000-epoch job of 1 ms epochs makes a few hundred calls, not 10,000. 
 job ends; a failed send is retried with backoff (connection errors, 5xx, a busy server's
 "QueuePool limit" 400) and never fails the job — what still cannot be sent is reported once.
 
-Everything goes through an explicit :class:`mlflow.MlflowClient` (no global "active run"), so
-jobs that run one after another in one process never inherit each other's state.
+Everything goes through an explicit client (no global "active run"), so jobs that run one after
+another in one process never inherit each other's state: an :class:`mlflow.MlflowClient`, or the
+store process's :class:`~sweeps.tracking.store_service.RemoteClient` (then this module, and the
+job's process, never import mlflow: entities come from :func:`sweeps.tracking.entities.classes`).
 """
 from __future__ import annotations
 
@@ -18,16 +20,18 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
-
-from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunTag
+from typing import TYPE_CHECKING, Any
 
 from sweeps import names
 from sweeps.errors import brief
+from sweeps.tracking import entities
 from sweeps.tracking.cadence import Cadence
 from sweeps.tracking.series import in_series
 from sweeps.tracking.store import quiet_sqlite
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
 
 log = logging.getLogger("sweeps")
 FLUSH_S = 2.0  # seconds between background sends of queued metrics while the server is quick
@@ -41,13 +45,16 @@ class RunWriter:
     def __init__(self, client: MlflowClient, experiment_id: str, name: str,
                  parent_run_id: str | None, tags: dict[str, str]):
         self.client = client
+        tags = {k: str(v) for k, v in tags.items()}  # plain str: a str subclass (torch's version) pickles by its module
         if parent_run_id:
             tags = {**tags, names.PARENT_RUN_TAG: parent_run_id}
         self._init(client, client.create_run(experiment_id, run_name=name, tags=tags).info.run_id)
 
     def _init(self, client: MlflowClient, run_id: str) -> None:
-        quiet_sqlite()  # a rank's own client too: wait for a shared sqlite store's lock, quietly
+        if not getattr(client, "remote", False):  # a rank's own client too: wait for a shared sqlite store's lock, quietly
+            quiet_sqlite()
         self.client, self.run_id = client, run_id
+        self._Metric, self._Param, self._RunTag = entities.classes(client)
         self._busy_said = False
         self._queue: list[Metric] = []
         self._lock = threading.Lock()  # one sender at a time: the thread, or a flush
@@ -73,24 +80,24 @@ class RunWriter:
         return job
 
     def log_params(self, params: dict[str, Any]) -> None:
-        self.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+        self.client.log_batch(self.run_id, params=[self._Param(k, str(v)) for k, v in params.items()])
 
     def set_tags(self, tags: dict[str, Any]) -> None:
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        self.client.log_batch(self.run_id, tags=[self._RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         """Queue ``metrics`` at ``step`` (O(1) per value; sent by the background thread). In a
         reopened run (a resumed job) a step-0 value the run already holds (batch size, lr, FLOPs
         logged again at its restart) is not logged twice."""
         ts = _now_ms()
-        batch = [Metric(k, float(v), ts, step) for k, v in metrics.items()
+        batch = [self._Metric(k, float(v), ts, step) for k, v in metrics.items()
                  if v is not None and not (step == 0 and self._summary.get(k) == float(v))]
         self._queue.extend(batch)  # list.extend is atomic under the GIL: no lock on the hot path
 
     def log_series(self, key: str, values: list[float]) -> None:
         """Queue ``values`` as the steps 1..N of metric ``key``."""
         ts = _now_ms()
-        self._queue.extend(Metric(key, float(v), ts, i) for i, v in enumerate(values, start=1))
+        self._queue.extend(self._Metric(key, float(v), ts, i) for i, v in enumerate(values, start=1))
 
     def flush(self, most: int | None = None) -> None:
         """Send everything queued now (the caller waits), or at most ``most`` values: the background
@@ -117,7 +124,7 @@ class RunWriter:
         for key in keys:
             logged = {m.step for m in self.client.get_metric_history(self.run_id, key)}
             ts = _now_ms()
-            missing += [Metric(key, float(rec[key]), ts, rec["epoch"]) for rec in records
+            missing += [self._Metric(key, float(rec[key]), ts, rec["epoch"]) for rec in records
                         if key in rec and rec["epoch"] not in logged]
         self._queue.extend(missing)
         self.lost = 0

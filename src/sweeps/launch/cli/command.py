@@ -3,7 +3,8 @@
 Lazy start: this module and what it imports before a job starts (Hydra, the config package, the
 sweep callback) load neither torch, torchvision nor mlflow, so ``--help``, ``--cfg job``, a
 composition error and a bad value answer in about a second; the job module (and with it torch)
-is imported once a job's values are checked (``scripts/bench_startup.py`` times it)."""
+is imported once a job's values are checked (``scripts/bench_startup.py`` times it), while the
+MLflow store opens in a process of its own (:mod:`sweeps.tracking.store_service`)."""
 from __future__ import annotations
 
 import logging
@@ -20,6 +21,7 @@ from sweeps.errors import UsageError
 from sweeps.launch.cli import sweep
 from sweeps.launch.cli.sweep_check import one_line
 from sweeps.launch.process import outcome, signals
+from sweeps.tracking import store, store_service
 
 config.register()
 
@@ -31,6 +33,8 @@ def main(cfg: DictConfig) -> str:
     parent run (:mod:`sweeps.launch.slurm.launcher`): the launcher says (:mod:`sweeps.launch.launchers`)."""
     try:
         config.validate(config.complete(cfg))  # before torch is imported: a bad value answers at once
+        # the store process started by cli() opens the store on the other core while torch imports here
+        store_service.start(store.tracking_uri(cfg), str(cfg.mlflow.experiment))
         with signals.held():  # see _import_job
             lifecycle = _import_job()
         signals.stop_if_received()
@@ -110,6 +114,7 @@ def cli(early: list[int] | None = None) -> None:
     signals.install()
     if early:  # nothing has started: no parent run to close, the one line and 130/143
         _interrupted(signals.name(early[0]))
+    store_service.prestart(sys.argv[1:])  # one job: its store process imports mlflow while Hydra composes
     full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))  # the user asked for Hydra's traceback
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its message and exiting 1
     try:

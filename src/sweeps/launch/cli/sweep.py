@@ -41,7 +41,6 @@ def describe_sweep(client: MlflowClient, parent_run_id: str, children: list, sum
     """Give the parent run what its jobs share as params (:func:`sweeps.tracking.naming.shared_params`,
     in batches of 100, MLflow's limit per call) and its summary in the description. Never raises:
     a store that refuses is reported in one line, the sweep's result stands."""
-    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
 
     from sweeps.tracking import naming
 
@@ -52,7 +51,7 @@ def describe_sweep(client: MlflowClient, parent_run_id: str, children: list, sum
             client.log_batch(parent_run_id, params=params[i:i + 100])
         note = naming.sweep_note(tags.get(names.COMMAND_TAG, ""), swept, tags.get(names.SWEEP_DIR_TAG, ""),
                                  parent_run_id, summary)
-        client.set_tag(parent_run_id, MLFLOW_RUN_NOTE, note)
+        client.set_tag(parent_run_id, names.MLFLOW_RUN_NOTE, note)
     except Exception as e:  # noqa: BLE001 (a description is never worth failing the sweep)
         log.warning("MLflow: the sweep run %s got no params or description (%s)", parent_run_id, describe(e))
 
@@ -120,8 +119,7 @@ class SweepCallback(Callback):
             raise signal_exception(pending[0])
 
     def _open_parent(self, config: DictConfig, client: MlflowClient, experiment_id: str) -> None:
-        from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
-
+    
         from sweeps.tracking import naming, resume
         from sweeps.tracking.env import environment_tags
 
@@ -136,7 +134,7 @@ class SweepCallback(Callback):
         swept = swept_keys(config)
         run_id = run.info.run_id  # the name and description carry its short id: known only now
         client.update_run(run_id, name=naming.sweep_title(swept, _preset(config), run_id))
-        client.set_tag(run_id, MLFLOW_RUN_NOTE, naming.sweep_note(command, swept, str(config.hydra.sweep.dir), run_id))
+        client.set_tag(run_id, names.MLFLOW_RUN_NOTE, naming.sweep_note(command, swept, str(config.hydra.sweep.dir), run_id))
         parent_run.note(swept_keys=",".join(swept))
         log.info("MLflow: sweep run %s in experiment '%s' (id %s) at %s; run table: #/experiments/%s/runs",
                  run.info.run_id, config.mlflow.experiment, experiment_id, client.tracking_uri, experiment_id)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 import time
 
-from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
-
 from sweeps import names
 from sweeps.launch.job.summary import summary_row
 from sweeps.launch.process import outcome as oc
@@ -120,4 +118,4 @@ def _note(job, outcome: str, error: str) -> dict[str, str]:
         log.warning("job %s: no description (%s)", job.name, describe(e))
         return {}
     row = {**summary_row(run), "outcome": outcome, "error": error}
-    return {MLFLOW_RUN_NOTE: naming.job_note(outcome, error, summary_table([row]))}
+    return {names.MLFLOW_RUN_NOTE: naming.job_note(outcome, error, summary_table([row]))}

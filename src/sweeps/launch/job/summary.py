@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps import names
 from sweeps.tracking.console import summary_table
+from sweeps.tracking.entities import classes
 from sweeps.tracking.reliability import unreliable
 
 if TYPE_CHECKING:
@@ -34,13 +35,12 @@ def summary_row(run: Any) -> dict:
 
 def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = None) -> str:
     """Print the summary of ``runs``; log it to the parent run when there is one."""
-    from mlflow.entities import RunTag
-
     table = summary_table([summary_row(r) for r in runs])
     counts = Counter(r.data.tags.get(names.OUTCOME_TAG, "?") for r in runs)
     text = f"{table}\n{len(runs)} job(s): " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     print(f"\n{text}", flush=True)
     if parent_run_id:
         client.log_text(parent_run_id, text + "\n", "summary.txt")
+        RunTag = classes(client)[2]
         client.log_batch(parent_run_id, tags=[RunTag(f"{names.OUTCOMES_TAG_PREFIX}{k}", str(n)) for k, n in counts.items()])
     return text

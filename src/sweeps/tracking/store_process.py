@@ -1,0 +1,95 @@
+"""The store's process (``python -m sweeps.tracking.store_process REQUESTS ANSWERS PARENT``): imports
+MLflow, opens the store the job names and answers the job's store calls.
+
+Started by :mod:`sweeps.tracking.store_service` (see there for the why). REQUESTS and ANSWERS are
+pipe file descriptors carrying pickles, PARENT the job's process id (:class:`multiprocessing.connection.Connection` framing).
+Its first request is ``("open", tracking URI, experiment)``, its first answer ``("ready",
+experiment id)`` once the store is open, or ``("usage", one line)`` where it cannot be (then it
+exits); then, for each request ``(kind, name, args, kwargs)``
+(:func:`~sweeps.tracking.store_service.execute`), ``("ok", result)`` with MLflow entities
+mirrored (:func:`~sweeps.tracking.entities.mirror`) or ``("error", type name, text)``. It ignores
+SIGINT and SIGTERM (the job closes its run through it after a signal) and exits when the requests
+pipe closes or its parent process is gone (forked data loader workers may hold the pipe open).
+"""
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+
+PARENT_POLL_S = 1.0  # s between checks that the job's process is still there
+
+
+def main() -> None:
+    faulthandler.enable()  # a native crash (sqlite, a driver) prints the stacks on the job's stderr
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    requests_fd, answers_fd, parent = sys.argv[1:4]
+    inbox, outbox = Connection(int(requests_fd), writable=False), Connection(int(answers_fd), readable=False)
+    threading.Thread(target=_watch_parent, args=(int(parent),), name="sweeps-store-parent", daemon=True).start()
+    logging.basicConfig(level=logging.WARNING, format="[sweeps store process] %(levelname)s %(message)s")
+
+    from sweeps.errors import UsageError, describe
+    from sweeps.tracking import priority, store
+    from sweeps.tracking.entities import mirror
+    from sweeps.tracking.store_service import execute
+
+    # the imports an sqlite or PostgreSQL store's opening needs (~0.9 s), before the job names it
+    import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+
+    try:
+        _, uri, experiment = inbox.recv()
+    except (EOFError, OSError):  # the command ended before naming a store (bad input, an interrupt)
+        _exit()
+    try:
+        client, experiment_id = store.open_store(uri, experiment)
+    except UsageError as e:
+        outbox.send(("usage", str(e)))
+        _exit()
+    except Exception as e:  # noqa: BLE001 (one line for the job, whatever the store raised)
+        outbox.send(("usage", f"cannot open the MLflow store {uri} ({describe(e)})"))
+        _exit()
+    outbox.send(("ready", experiment_id))
+    # from now on at the lowest priority: during the training its work (the writer's batches) takes cores the
+    priority.lowest()  # training leaves idle; at the job's start and end the job waits for it anyway
+    while True:
+        try:
+            kind, name, args, kwargs = inbox.recv()
+        except (EOFError, OSError):  # the job's process is done with the store: every call was answered,
+            _exit()                  # so nothing is pending
+        except Exception as e:  # noqa: BLE001 (a request that does not unpickle: its caller hears why)
+            outbox.send(("error", type(e).__name__, str(e)))
+            continue
+        try:
+            answer = ("ok", mirror(execute(client, kind, name, args, kwargs)))
+        except Exception as e:  # noqa: BLE001 (the caller gets it as a StoreError named like it)
+            answer = ("error", type(e).__name__, str(e))
+        try:
+            outbox.send(answer)
+        except OSError:  # the job gave the pipe up (interrupted while waiting) or is gone
+            _exit()
+        except Exception as e:  # noqa: BLE001 (a result that does not pickle still gets an answer)
+            outbox.send(("error", type(e).__name__, str(e)))
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    _exit()
+
+
+def _exit() -> None:
+    """Exit now, without the interpreter's shutdown (MLflow's exit hooks, ~0.5 s) that the job's
+    process would wait on: every call made was answered and committed, nothing is pending."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""The MLflow store in a process of its own, as a job's process sees it: start it, call it.
+
+Why: a one-job command spent ~2 s importing mlflow (1.2 s) and opening its SQL store (0.9 s)
+before it could create its run, on the same core as torch's import (docs/benchmarks.md, "the
+tabular job"). A command that runs one job starts the store's process
+(:mod:`sweeps.tracking.store_process`) before Hydra composes its config (:func:`prestart`) and
+names the store once the config is valid (:func:`start`); it imports mlflow and opens the store on
+the second core while the job imports torch and builds its data, and the job's process never
+imports mlflow: every store call — run creation, params, tags, the writer's metric batches,
+artifacts, resume, the summary — is a :class:`RemoteClient` method call pickled to it over a
+pipe and answered there by an :class:`mlflow.MlflowClient` (Weights & Biases' service process is
+the model). MLflow's ingestion (~50 µs a value) then runs off the training process's GIL too.
+
+Only where this process has not imported mlflow already: a sweep's process opened the store for
+its parent run, and tests that hold a client, keep the in-process client (the import is paid).
+
+A store process that dies (SIGKILL, a native crash) costs nothing logged: the call it was
+answering and every later one run in this process on a client of its own (importing mlflow
+then), the same calls on the same arguments. Errors raised there come back as
+:class:`StoreError` subclasses named like the original (``MlflowException``, ...) with its text.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Callable
+
+from sweeps.errors import UsageError
+
+log = logging.getLogger("sweeps")
+_services: dict[str, "StoreService"] = {}  # tracking URI → its store process (one per URI per process)
+_spare: list["StoreService"] = []  # started by prestart(), not yet told which store to open
+_errors: dict[str, type] = {}
+
+
+class StoreError(Exception):
+    """An exception raised by the store's process; the subclass is named like the original."""
+
+
+def remote_error(kind: str, text: str) -> StoreError:
+    """A :class:`StoreError` subclass named ``kind`` (one class per name) carrying ``text``."""
+    cls = _errors.get(kind) or _errors.setdefault(kind, type(kind, (StoreError,), {}))
+    return cls(text)
+
+
+def execute(client: Any, kind: str, name: str, args: tuple, kwargs: dict) -> Any:
+    """Run one call on ``client`` (an :class:`mlflow.MlflowClient`): its method ``name``
+    (``kind`` ``client``), or the function ``module:qualname`` given the client first
+    (``kind`` ``function``, :meth:`RemoteClient.run`)."""
+    if kind == "client":
+        return getattr(client, name)(*args, **kwargs)
+    module, _, qualname = name.partition(":")
+    fn: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        fn = getattr(fn, part)
+    return fn(client, *args, **kwargs)
+
+
+class StoreService:
+    """One store process (see the module docstring): started at once, importing mlflow; told which
+    store to open by :meth:`open`."""
+
+    def __init__(self):
+        self.uri = self.experiment = ""
+        self._lock = threading.Lock()  # one call at a time: the job's thread and its writer's share the pipe
+        self._local: Any = None  # this process's own client once the store process died
+        self._ready: tuple | None = None  # the process's first answer: ("ready", experiment id) or ("usage", text)
+        requests_r, self._requests = os.pipe()
+        self._answers, answers_w = os.pipe()
+        env = dict(os.environ)  # the folder holding this package goes first on its path: the same code as here
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
+        # its own session: a Ctrl-C in the terminal stops the job, which then closes its run through it
+        self.proc = subprocess.Popen([sys.executable, "-m", "sweeps.tracking.store_process", str(requests_r),
+                                      str(answers_w), str(os.getpid())], pass_fds=(requests_r, answers_w), env=env, start_new_session=True)
+        os.close(requests_r)
+        os.close(answers_w)
+        self._out, self._in = Connection(self._requests, readable=False), Connection(self._answers, writable=False)
+
+    def open(self, uri: str, experiment: str) -> None:
+        """Have the process open the store at ``uri`` and experiment ``experiment`` (it answers
+        when done: :meth:`opened`)."""
+        self.uri, self.experiment = uri, experiment
+        with self._lock:
+            try:
+                self._out.send(("open", uri, experiment))
+            except OSError as e:
+                self._died(type(e).__name__)
+
+    def opened(self) -> tuple[RemoteClient, str]:
+        """(client, experiment id) once the store process has opened the store (where it died
+        first, the client runs its calls here).
+
+        Raises:
+            UsageError: the store cannot be opened (the process's one line).
+        """
+        with self._lock:
+            if self._ready is None and self._local is None:
+                self._ready = self._exchange(None)
+            if self._local is not None:
+                from sweeps.tracking import store
+
+                return RemoteClient(self), store.experiment_id(self._local, self.experiment)
+        if self._ready[0] == "usage":
+            raise UsageError(self._ready[1])
+        return RemoteClient(self), self._ready[1]
+
+    def call(self, kind: str, name: str, args: tuple, kwargs: dict) -> Any:
+        """:func:`execute` in the store process (or here, once it died); its result or its error."""
+        with self._lock:
+            if self._local is None:
+                answer = self._exchange((kind, name, args, kwargs))
+                if answer is not None:
+                    if answer[0] == "ok":
+                        return answer[1]
+                    raise remote_error(*answer[1:])
+            # what the store process would have run: light entities become MLflow's (sweeps.tracking.entities)
+            args, kwargs = pickle.loads(pickle.dumps((args, kwargs)))
+            return execute(self._local, kind, name, args, kwargs)
+
+    def _exchange(self, request: tuple | None) -> tuple | None:
+        """Send ``request`` (None: nothing) and read the process's answer; None where it died (this
+        process then holds a client of its own). A signal's exception (Ctrl-C) raised between the
+        two may leave an answer unread or half-read, which the next call would take for its own:
+        so the pipe is given up (the process finishes its call and exits) and the exception goes
+        on; later calls run here."""
+        try:
+            if request is not None:
+                self._out.send(request)
+            return self._in.recv()
+        except (EOFError, OSError) as e:
+            self._died(f"exit status {self.proc.poll()}" if self.proc.poll() is not None else type(e).__name__)
+        except BaseException:
+            self._died("interrupted while it answered", wait=False)
+            raise
+        return None
+
+    def _died(self, why: str, wait: bool = True) -> None:
+        """Stop using the process (``why`` it is gone) and open the store here (now, or at the next
+        call where ``wait`` is False: a signal is on its way up)."""
+        log.warning("MLflow: the store's process ended (%s); this process opens the store itself", why)
+        self.close(wait)
+        self._local = _Later(self.uri, self.experiment) if not wait else _open_here(self.uri, self.experiment)
+
+    def close(self, wait: bool = True) -> None:
+        """End the store process: it exits when its requests pipe closes (waited for up to 10 s
+        where ``wait``); one never told a store (bad input ended the command) is killed, since it
+        holds no store, only the command's stdout and stderr, which a caller reading them to their
+        end would wait on. Idempotent."""
+        for conn in (self._out, self._in):
+            try:
+                conn.close()
+            except OSError:
+                pass
+        if not self.uri:
+            self.proc.kill()
+        elif not wait:
+            return
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _open_here(uri: str, experiment: str) -> Any:
+    from sweeps.tracking import store
+
+    return store.open_store(uri, experiment)[0]
+
+
+class _Later:
+    """A client of this process opened at its first use (after an interrupted call)."""
+
+    def __init__(self, uri: str, experiment: str):
+        self.uri, self.experiment, self._client = uri, experiment, None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._client is None:
+            self._client = _open_here(self.uri, self.experiment)
+        return getattr(self._client, name)
+
+
+class RemoteClient:
+    """The :class:`mlflow.MlflowClient` methods sweeps calls, run by the store's process: each
+    attribute is a method taking MlflowClient's arguments (light entities for entities,
+    :mod:`sweeps.tracking.entities`) and returning its result with entities as
+    :class:`~sweeps.tracking.entities.Mirror` objects."""
+
+    remote = True  # sweeps.tracking.entities.classes: build light entities for this client
+
+    def __init__(self, service: StoreService):
+        self._service, self.tracking_uri = service, service.uri
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self._service.call("client", name, args, kwargs)
+
+    def run(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``fn(client, *args, **kwargs)`` in the store's process: a module-level sweeps function
+        that builds MLflow objects (dataset inputs) where mlflow is imported anyway."""
+        return self._service.call("function", f"{fn.__module__}:{fn.__qualname__}", args, kwargs)
+
+
+def in_store(client: Any, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``fn(client, *args, **kwargs)`` where the client's store is: in the store's process for a
+    :class:`RemoteClient`, here for an :class:`mlflow.MlflowClient`."""
+    return client.run(fn, *args, **kwargs) if getattr(client, "remote", False) else fn(client, *args, **kwargs)
+
+
+def prestart(argv: list[str]) -> None:
+    """Start a store process now if the command line ``argv`` (``sys.argv[1:]``) runs one job —
+    not ``--help``, ``--cfg``, ``--info``, ``-m`` (a sweep's process opens the store itself for
+    its parent run) — as read by Hydra's own argument parser, so its imports overlap Hydra's
+    composition as well as torch's import. Never raises."""
+    if _spare or _services or "mlflow" in sys.modules or not _runs_one_job(argv):
+        return
+    try:
+        _spare.append(StoreService())
+    except OSError as e:
+        log.warning("MLflow: no store process (%s); this process opens the store itself", e)
+        return
+    atexit.register(stop)
+
+
+def _runs_one_job(argv: list[str]) -> bool:
+    import argparse
+
+    from hydra._internal.utils import get_args_parser
+
+    if any(a in ("--version", "-h", "--help", "--hydra-help") for a in argv):  # argparse would print and exit
+        return False
+    parser = get_args_parser()
+    parser.exit_on_error = False  # a malformed command line is Hydra's to report, not this check's
+    try:
+        args, _ = parser.parse_known_args(argv)
+    except (argparse.ArgumentError, SystemExit):
+        return False
+    return not (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.multirun
+                or args.experimental_rerun)
+
+
+def start(uri: str, experiment: str) -> None:
+    """Have the store process started by :func:`prestart` open the store at ``uri`` (experiment
+    ``experiment`` first). Without one (a sweep, a pool worker, tests calling the job directly) the
+    job opens the store itself, as it does for a second ``uri``. Never raises."""
+    if uri in _services or not _spare:
+        return
+    service = _spare.pop()
+    service.open(uri, experiment)
+    _services[uri] = service
+
+
+def opened(uri: str, experiment: str) -> tuple[RemoteClient, str] | None:
+    """(client, id of ``experiment``) from the store process started for ``uri``; None where none
+    was started.
+
+    Raises:
+        UsageError: the store cannot be opened (one line, from the store process).
+    """
+    service = _services.get(uri)
+    if service is None:
+        return None
+    answer = service.opened()
+    if experiment == service.experiment:
+        return answer
+    from sweeps.tracking import store
+
+    client = answer[0]
+    return client, client.run(store.experiment_id, experiment)
+
+
+def stop() -> None:
+    """End every store process of this process (at exit; tests). Idempotent."""
+    while _spare:
+        _spare.pop().close()
+    while _services:
+        _services.popitem()[1].close()
