@@ -9,15 +9,20 @@ the second core while the job imports torch and builds its data, and the job's p
 imports mlflow: every store call — run creation, params, tags, the writer's metric batches,
 artifacts, resume, the summary — is a :class:`RemoteClient` method call pickled to it over a
 pipe and answered there by an :class:`mlflow.MlflowClient` (Weights & Biases' service process is
-the model). MLflow's ingestion (~50 µs a value) then runs off the training process's GIL too.
+the model). MLflow's ingestion (~85 µs a value here) then runs off the training process's GIL,
+at the lowest CPU priority (:mod:`sweeps.tracking.priority`).
 
-Only where this process has not imported mlflow already: a sweep's process opened the store for
-its parent run, and tests that hold a client, keep the in-process client (the import is paid).
+A process that has imported mlflow already keeps its own client (the import is paid): a sweep's
+process, which opened the store for its parent run, and tests that hold a client.
 
 A store process that dies (SIGKILL, a native crash) costs nothing logged: the call it was
 answering and every later one run in this process on a client of its own (importing mlflow
-then), the same calls on the same arguments. Errors raised there come back as
-:class:`StoreError` subclasses named like the original (``MlflowException``, ...) with its text.
+then), the same calls on the same arguments — a call the process had done before it died is
+then done twice, harmless for all but ``create_run`` (MLflow's SQL store drops a metric value it
+holds already; params and tags are set to the same value). A signal's exception (Ctrl-C) while
+the job waits for an answer gives the pipe up the same way, so no later call reads that answer
+as its own. Errors raised there come back as :class:`StoreError` subclasses named like the
+original (``MlflowException``, ...) with its text.
 """
 from __future__ import annotations
 
