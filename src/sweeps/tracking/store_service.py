@@ -229,7 +229,7 @@ def prestart(argv: list[str]) -> None:
         return
     try:
         _spare.append(StoreService())
-    except OSError as e:
+    except (OSError, ValueError) as e:  # no fork (memory), no pass_fds (not POSIX)
         log.warning("MLflow: no store process (%s); this process opens the store itself", e)
         return
     atexit.register(stop)
@@ -255,7 +255,11 @@ def _runs_one_job(argv: list[str]) -> bool:
 def start(uri: str, experiment: str) -> None:
     """Have the store process started by :func:`prestart` open the store at ``uri`` (experiment
     ``experiment`` first). Without one (a sweep, a pool worker, tests calling the job directly) the
-    job opens the store itself, as it does for a second ``uri``. Never raises."""
+    job opens the store itself, as it does for a second ``uri``.
+
+    Raises:
+        UsageError: the process had died and this process cannot open the store either.
+    """
     if uri in _services or not _spare:
         return
     service = _spare.pop()
