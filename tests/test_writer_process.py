@@ -61,6 +61,7 @@ def test_after_the_handoff_an_epoch_makes_no_store_call_in_the_training_process(
     assert [r["epoch"] for r in read_journal(tmp_path / "run" / "epochs.jsonl")] == list(range(1, 401))
 
 
+@pytest.mark.slow  # ~9 s: two writer processes' imports and a SIGKILL (the default run stays under 2.5 min)
 def test_a_writer_process_killed_mid_job_loses_nothing_and_logs_each_epoch_once(tmp_path, handoff):
     # with mlflow.log_every_epochs=7, so the series is thinned alike in-process (epochs 1-3), in
     # the writer process (killed halfway) and in the replay on close (what it had not sent)
