@@ -100,6 +100,18 @@ def test_no_sweep_is_one_line_and_exit_2(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("sweeps.report: error: no sweep")
 
 
+def test_a_mistyped_store_path_is_one_line_and_creates_nothing(tmp_path, capsys, monkeypatch):
+    missing = tmp_path / "mlrnus"
+    assert report.main(["--tracking-uri", f"sqlite:///{missing / 'mlflow.db'}"]) == 2
+    monkeypatch.chdir(tmp_path)  # the default ./mlruns, from a folder no sweep ran in
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert report.main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("sweeps.report: error: no MLflow store at") for line in err)
+    assert str(missing) in err[0] and "--tracking-uri" in err[0]
+    assert list(tmp_path.iterdir()) == []  # neither folder nor an empty store made
+
+
 def test_repeats_are_one_row_with_the_median_and_its_spread(tmp_path):
     proc = cli_in_process(["-m", "model=mlp", "repeat=0,1,2", "batch=32", "dataset=synthetic", "dataset.shape=[1,8,8]",
                            "dataset.train_size=128", "dataset.test_size=32", "epochs=3", "device=cpu",

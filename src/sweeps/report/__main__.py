@@ -113,8 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help=f"group by this tag or param, or {', '.join(names.COMPARE_BY)} (repeat it)")
     group.add_argument("--baseline", metavar="VALUE", help="the group ratios are taken to (default: the first)")
     args = ap.parse_args(argv)
-    client = open_client(resolve_uri(args.tracking_uri))  # a sweep may be creating it
     try:
+        client = open_client(resolve_uri(args.tracking_uri, create=False))  # a sweep may be creating it
         if args.compare:
             return _compare(client, args)
         given = [f for f in ("sweep", "tag", "filter", "by", "baseline") if getattr(args, f)]

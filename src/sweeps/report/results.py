@@ -44,11 +44,11 @@ def results(experiment: str, *, tracking_uri: str | None = None, sweep: str | No
     :func:`job_record`.
 
     Raises:
-        LookupError: no such experiment or sweep, or no job in it (one line saying what exists).
+        LookupError: no such store, experiment or sweep, or no job in it (one line saying what exists).
     """
     import pandas as pd
 
-    client = store.open_client(store.resolve_uri(tracking_uri))  # a sweep may be creating it
+    client = store.open_client(store.resolve_uri(tracking_uri, create=False))  # a sweep may be creating it
     try:
         jobs = select_jobs(client, Selection(experiments=[experiment], sweeps=[sweep] if sweep else []))
     except ValueError as e:  # the selection's own one-line message

@@ -36,8 +36,9 @@ def tracking_uri(cfg: DictConfig) -> str:
     return resolve_uri(cfg.mlflow.tracking_uri)
 
 
-def resolve_uri(explicit: str | None = None) -> str:
-    """``explicit``, else ``$MLFLOW_TRACKING_URI``, else sqlite in ./mlruns/mlflow.db.
+def resolve_uri(explicit: str | None = None, create: bool = True) -> str:
+    """``explicit``, else ``$MLFLOW_TRACKING_URI``, else sqlite in ./mlruns/mlflow.db (the folder
+    made where ``create``: a job's store, not a reader's).
 
     Raises:
         UsageError: the default ./mlruns directory cannot be created.
@@ -46,6 +47,8 @@ def resolve_uri(explicit: str | None = None) -> str:
     if uri:
         return uri
     mlruns = Path.cwd() / "mlruns"
+    if not create:
+        return f"sqlite:///{mlruns / 'mlflow.db'}"
     try:
         mlruns.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -150,7 +153,11 @@ def open_client(uri: str) -> MlflowClient:
     processes doing that at once leave one of them with "table … already exists" — so a reader
     first opens an sqlite store under the same lock file :func:`prepare` creates it under.
 
+    A missing folder is a mistyped path, not a store being made (jobs make ./mlruns before the
+    store in it): it is refused rather than created empty.
+
     Raises:
+        LookupError: the sqlite store's folder does not exist (one line naming it).
         filelock.Timeout: another process held the lock for :data:`CREATE_LOCK_TIMEOUT_S`.
         OSError, sqlite3.Error: a missing DB cannot be created there (:func:`new_store.ensure`).
     """
@@ -161,6 +168,10 @@ def open_client(uri: str) -> MlflowClient:
     path = _sqlite_path(uri)
     if not path:
         return MlflowClient(uri)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise LookupError(f"no MLflow store at {uri}: the folder {os.path.dirname(os.path.abspath(path))} does not exist; "
+                          "give the store's path (--tracking-uri, $MLFLOW_TRACKING_URI) or run from the folder the "
+                          "sweeps ran in (./mlruns)")
     with FileLock(path + ".lock", timeout=CREATE_LOCK_TIMEOUT_S):
         new_store.ensure(path)
         client = MlflowClient(uri)
