@@ -16,9 +16,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Sequence
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -103,8 +101,8 @@ def log_job_data(writer, dataset_cfg, fingerprint: str, in_shape: Sequence[int],
     that refuses the inputs is reported in one line and the job goes on."""
     try:
         writer.log_params(example_params(in_shape, train_n, test_n))
-        in_store(writer.client, log_datasets, writer.run_id, str(dataset_cfg.name), fingerprint, dataset_cfg.get("root"),
-                 [int(d) for d in in_shape], train_n, test_n, regression)
+        in_store(writer.client, log_datasets, writer.run_id, str(dataset_cfg.name), fingerprint,
+                 dataset_cfg.get("root"), [int(d) for d in in_shape], train_n, test_n, regression)
     except Exception as e:  # noqa: BLE001 (inputs describe the job; they never stop it)
         log.warning("MLflow: dataset inputs and example counts of run %s not logged (%s: %s)", writer.run_id,
                     type(e).__name__, brief(e))

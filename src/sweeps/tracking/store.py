@@ -168,10 +168,11 @@ def open_client(uri: str) -> MlflowClient:
     path = _sqlite_path(uri)
     if not path:
         return MlflowClient(uri)
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise LookupError(f"no MLflow store at {uri}: the folder {os.path.dirname(os.path.abspath(path))} does not exist; "
-                          "give the store's path (--tracking-uri, $MLFLOW_TRACKING_URI) or run from the folder the "
-                          "sweeps ran in (./mlruns)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise LookupError(f"no MLflow store at {uri}: the folder {folder} does not exist; give the store's "
+                          "path (--tracking-uri, $MLFLOW_TRACKING_URI) or run from the folder the sweeps ran in "
+                          "(./mlruns)")
     with FileLock(path + ".lock", timeout=CREATE_LOCK_TIMEOUT_S):
         new_store.ensure(path)
         client = MlflowClient(uri)

@@ -2,7 +2,8 @@
 MLflow, opens the store the job names and answers the job's store calls.
 
 Started by :mod:`sweeps.tracking.store_service` (see there for the why). REQUESTS and ANSWERS are
-pipe file descriptors carrying pickles, PARENT the job's process id (:class:`multiprocessing.connection.Connection` framing).
+pipe file descriptors carrying pickles (:class:`multiprocessing.connection.Connection` framing),
+PARENT the job's process id.
 Its first request is ``("open", tracking URI, experiment)``, its first answer ``("ready",
 experiment id)`` once the store is open, or ``("usage", one line)`` where it cannot be (then it
 exits); then, for each request ``(kind, name, args, kwargs)``

@@ -81,10 +81,12 @@ class StoreService:
         requests_r, self._requests = os.pipe()
         self._answers, answers_w = os.pipe()
         env = dict(os.environ)  # the folder holding this package goes first on its path: the same code as here
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
+        here = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
         # its own session: a Ctrl-C in the terminal stops the job, which then closes its run through it
         self.proc = subprocess.Popen([sys.executable, "-m", "sweeps.tracking.store_process", str(requests_r),
-                                      str(answers_w), str(os.getpid())], pass_fds=(requests_r, answers_w), env=env, start_new_session=True)
+                                      str(answers_w), str(os.getpid())], pass_fds=(requests_r, answers_w),
+                                     env=env, start_new_session=True)
         os.close(requests_r)
         os.close(answers_w)
         self._out, self._in = Connection(self._requests, readable=False), Connection(self._answers, writable=False)
