@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 
 import pytest
 from mlflow import MlflowClient
@@ -132,3 +133,30 @@ def test_a_store_the_process_cannot_open_stops_the_job_with_one_line(tmp_path):
 ])
 def test_only_a_command_that_runs_one_job_starts_a_store_process(argv, starts):
     assert _runs_one_job(argv) is starts
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="Linux scheduling policies")
+def test_the_store_process_and_the_writer_thread_yield_the_cpu_to_the_training(service):
+    """Once the store is open the store process runs at nice 19 under SCHED_IDLE (any training
+    thread that wakes preempts it at once) in a session whose autogroup is at nice 19 too; the
+    run's background writer thread in the job's process is lowered the same way, alone: the
+    job's own thread keeps its priority and policy."""
+    client, experiment_id = service.opened()
+    pid = service.proc.pid
+    assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+    assert os.getpriority(os.PRIO_PROCESS, pid) == 19
+    if os.path.exists(f"/proc/{pid}/autogroup"):  # kernels with autogroup: "/autogroup-N nice 19"
+        with open(f"/proc/{pid}/autogroup") as f:
+            assert f.read().split()[-1] == "19"
+    before = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))
+    writer = RunWriter(client, experiment_id, "job", None, {})
+    try:
+        thread = writer._thread  # its background sender
+        deadline = time.monotonic() + 5
+        while os.sched_getscheduler(thread.native_id) != os.SCHED_IDLE and time.monotonic() < deadline:
+            time.sleep(0.01)  # the thread lowers itself as it starts
+        assert os.sched_getscheduler(thread.native_id) == os.SCHED_IDLE
+        assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == 19
+        assert (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)) == before
+    finally:
+        writer.end("FINISHED")

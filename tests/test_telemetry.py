@@ -291,6 +291,36 @@ def test_epochs_shorter_than_the_edge_gap_skip_their_edge_samples_and_energy():
     assert "energy/train_j" not in tel.summary(100) and "energy/total_j" in tel.summary(100)
 
 
+def test_short_epochs_on_the_host_alone_take_no_edge_samples_after_the_first():
+    """Without a GPU there is no energy counter to read at an epoch's edges: a job of 1-ms
+    epochs (study 5 on the CPU) pays no sample at them however old the last sample is — only
+    the first epoch and an epoch after a long one get theirs — and its host figures still come
+    from the sampler's rows inside an epoch."""
+    from sweeps.telemetry.sampler import EDGE_GAP_S
+
+    clock = Clock()
+    tel = Telemetry(1000, [], clock=clock)
+    tel.start()
+    for epoch in range(1, 301):  # 300 epochs of 1 ms: 0.3 s, six times EDGE_GAP_S
+        tel.epoch_start(epoch)
+        clock.t += 0.001
+        if epoch == 150:
+            tel.sample()  # the sampler thread's row, inside epoch 150
+            clock.t += 0.001
+        metrics = tel.epoch_end(epoch)
+        assert ("host/cpu_pct" in metrics) == (epoch in (1, 150)), epoch
+    assert clock.t > 5 * EDGE_GAP_S  # the last sample grew older than the edge gap many times over
+    tel.epoch_start(301)  # a long epoch: the next one gets its edges
+    clock.t += 2 * EDGE_GAP_S
+    tel.epoch_end(301)
+    tel.epoch_start(302)
+    clock.t += 0.001
+    tel.epoch_end(302)
+    tel.stop()
+    assert [w.exact for w in tel.windows].count(True) == 2  # epochs 1 and 302
+    assert [r[3] for r in tel.rows].count("epoch_start") == 2
+
+
 def test_a_job_of_long_epochs_with_short_evaluations_between_them_has_its_training_energy():
     """Every epoch of ≥ EDGE_GAP_S with its edges, so the job's energy/train_j is the sum of
     its epochs' counter differences (what the GPU self-check found missing on an H100)."""

@@ -9,6 +9,14 @@ then get as much CPU as the whole training process, nice 19 or not; so its sessi
 nice 19 too (``/proc/self/autogroup``; man 7 sched, "The autogroup feature"). Measured on study 5:
 the job's late epochs cost 1.15× its early ones with the store process at nice 19 in its own
 autogroup (docs/benchmarks.md).
+
+On Linux the process is also put under ``SCHED_IDLE`` (man 7 sched: "for running very low
+priority background jobs"): a nice-19 task that the scheduler has picked may run on until its
+time slice ends while a training thread that wakes up waits for the core (EEVDF's
+run-to-parity), whereas any normal task that wakes preempts a ``SCHED_IDLE`` one at once
+(kernel/sched/fair.c, ``check_preempt_wakeup_fair``). Torch's OpenMP worker threads sleep and
+wake at every parallel region of a sub-millisecond step, so that wake-up latency is what a
+helper's ingestion cost the training (docs/benchmarks.md, "SCHED_IDLE").
 """
 from __future__ import annotations
 
@@ -17,15 +25,23 @@ import os
 LOWEST = 19
 
 
-def lowest() -> None:
-    """Put this process (every thread it starts later too) at nice 19, and its session's autogroup
-    too where this process leads that session (started with ``start_new_session``: the group is
-    its own, never the terminal's). Never raises: where either is not there or not allowed, it
-    stays as it was."""
+def lowest(thread: int = 0) -> None:
+    """Put this process (every thread it starts later too) at nice 19 under ``SCHED_IDLE``, and its
+    session's autogroup at nice 19 too where this process leads that session (started with
+    ``start_new_session``: the group is its own, never the terminal's). ``thread``: a native
+    thread id (``threading.get_native_id()``) to lower that thread alone instead (Linux; its
+    process's group is left as it is). Never raises: where any of these is not there or not
+    allowed, it stays as it was."""
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, LOWEST)
+        os.setpriority(os.PRIO_PROCESS, thread, LOWEST)
     except (AttributeError, OSError):
         pass
+    try:  # Linux: preempted at once by any normal task that wakes (module docstring)
+        os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+    if thread:
+        return
     if os.getsid(0) != os.getpid():  # a shared session: its group holds the user's other programs
         return
     try:

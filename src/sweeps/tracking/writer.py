@@ -15,7 +15,6 @@ job's process, never import mlflow: entities come from :func:`sweeps.tracking.en
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import threading
 import time
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps import names
 from sweeps.errors import brief
-from sweeps.tracking import entities
+from sweeps.tracking import entities, priority
 from sweeps.tracking.cadence import Cadence
 from sweeps.tracking.series import in_series
 from sweeps.tracking.store import quiet_sqlite
@@ -151,10 +150,7 @@ class RunWriter:
                 time.sleep(wait)
 
     def _loop(self) -> None:
-        try:  # Linux: this thread only at the lowest priority, so sends use cores the training leaves idle
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (AttributeError, OSError):
-            pass
+        priority.lowest(threading.get_native_id())  # this thread only: sends use cores the training leaves idle
         while not self._wake.wait(self.cadence.wait_s()):
             values, start = len(self._queue), time.monotonic()
             self.flush(values)
