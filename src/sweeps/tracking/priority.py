@@ -36,16 +36,13 @@ def lowest(thread: int = 0) -> None:
         os.setpriority(os.PRIO_PROCESS, thread, LOWEST)
     except (AttributeError, OSError):
         pass
-    try:  # Linux: preempted at once by any normal task that wakes (module docstring)
-        os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
+    if not thread and os.getsid(0) == os.getpid():  # a shared session's group holds the user's other programs
+        try:
+            with open("/proc/self/autogroup", "w") as f:
+                f.write(str(LOWEST))
+        except OSError:  # no autogroup (other kernels, other OSes), or not permitted
+            pass
+    try:  # Linux: preempted at once by any normal task that wakes (module docstring); set last, so
+        os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))  # seeing it means all is set
     except (AttributeError, OSError):
-        pass
-    if thread:
-        return
-    if os.getsid(0) != os.getpid():  # a shared session: its group holds the user's other programs
-        return
-    try:
-        with open("/proc/self/autogroup", "w") as f:
-            f.write(str(LOWEST))
-    except OSError:  # no autogroup (other kernels, other OSes), or not permitted
         pass
