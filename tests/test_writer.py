@@ -179,34 +179,3 @@ def test_a_log_every_epochs_below_1_stops_with_one_line():
 
     with pytest.raises(UsageError, match=r"^mlflow\.log_every_epochs=0 is not valid: use 1 [^\n]*$"):
         validate(compose(["mlflow.log_every_epochs=0"]))
-
-
-def test_hurry_sends_the_queue_from_the_background_thread_and_close_still_ends_it_at_once(tmp_path, monkeypatch):
-    """A job's end: ``hurry()`` has the writer's thread send everything queued without the caller
-    waiting (the job writes its artifacts meanwhile), long before the beat would; values logged
-    after it are sent by the last flush; ``close()`` right after a ``hurry()`` never waits out a
-    beat."""
-    import threading
-    import time
-
-    client, exp = _client(tmp_path)
-    w = RunWriter(client, exp, "job", None, {})
-    w.cadence.floor_s = w.cadence.cap_s = 600  # the beat would not come within this test
-    senders = []
-    real = client.log_batch
-    monkeypatch.setattr(client, "log_batch", lambda *a, **k: (senders.append(threading.current_thread()), real(*a, **k)))
-    for rec in _records(1500):
-        w.log_metrics({k: v for k, v in rec.items() if "/" in k}, step=rec["epoch"])
-    w.hurry()
-    deadline = time.monotonic() + 30
-    while w._queue and time.monotonic() < deadline:
-        time.sleep(0.05)
-    with w._lock:  # the last chunk left the queue as its send began: wait for that send to end
-        assert not w._queue and senders and all(t is w._thread for t in senders)  # 3,000 values, from its thread
-    assert _steps(client, w.run_id) == list(range(1, 1501))
-    w.log_metrics({"train/loss": 0.5}, step=1501)
-    w.hurry()
-    started = time.monotonic()
-    w.end("FINISHED")
-    assert time.monotonic() - started < 30 and not w._thread.is_alive()
-    assert _steps(client, w.run_id)[-1] == 1501

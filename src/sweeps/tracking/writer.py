@@ -59,7 +59,6 @@ class RunWriter:
         self._lock = threading.Lock()  # one sender at a time: the thread, or a flush
         self._wake = threading.Event()
         self._closed = False
-        self._hurry = False  # hurry(): the thread sends everything queued at once
         self.lost = 0  # metric values that could not be sent after every retry
         self.cadence = Cadence(floor_s=FLUSH_S)  # the background beat: backs off as sends slow down
         self._summary: dict[str, float] = {}  # a reopened run's values so far: not logged again at step 0
@@ -104,8 +103,6 @@ class RunWriter:
         beat sends what was queued when it woke, so values that keep arriving while a slow server
         answers never hold it in one endless flush. Never raises."""
         with self._lock:
-            if most is None and self._queue:  # the caller waits for these (the job's end: what the beat left)
-                log.debug("MLflow: %d queued metric value(s) of run %s sent now", len(self._queue), self.run_id)
             left = len(self._queue) if most is None else most
             while self._queue and (most is None or left > 0):
                 chunk = self._queue[:BATCH if most is None else min(BATCH, left)]
@@ -152,28 +149,9 @@ class RunWriter:
                                 "nothing is lost", type(e).__name__, brief(e, 80))
                 time.sleep(wait)
 
-    def hurry(self) -> None:
-        """Have the background thread send everything queued now, without waiting for it. A job
-        calls it as its epochs end: the values the beat left (most of them in a job of 1-ms epochs,
-        whose sends the training starves) then go to the store while the job writes its artifacts,
-        and the job's last :meth:`flush` waits only for what is still left (measured on study 5:
-        ~12,500 values, ~1 s, docs/benchmarks.md "Sending while the job finishes")."""
-        self._hurry = True
-        self._wake.set()
-
     def _loop(self) -> None:
         priority.lowest(threading.get_native_id())  # this thread only: sends use cores the training leaves idle
-        while True:
-            woke = self._wake.wait(self.cadence.wait_s())
-            if woke and not self._hurry:  # close() stops the thread
-                return
-            if self._hurry:
-                self._hurry = False
-                self._wake.clear()
-                if self._closed:  # close() came meanwhile, and its set() may be the one just cleared
-                    return
-                self.flush()
-                continue
+        while not self._wake.wait(self.cadence.wait_s()):
             values, start = len(self._queue), time.monotonic()
             self.flush(values)
             self.cadence.sent(time.monotonic() - start, values, BATCH)

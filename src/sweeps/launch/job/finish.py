@@ -51,10 +51,6 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     job.outcome, job.error = outcome, error
     records = job.epochs.records if getattr(job, "epochs", None) is not None else []
     tel = job.telemetry
-    try:  # the metrics still queued go to the store now, from the writer's thread, while the steps below run
-        job.writer.hurry()
-    except Exception as e:  # noqa: BLE001 (the last flush below sends them all the same)
-        log.debug("job %s: %s", job.name, describe(e))
 
     # a killed job goes on in this same run when resumed: its job-level summary (step 0) is logged
     # once, when the run really ends, never twice (its epochs and epochs.csv are all there meanwhile)
