@@ -27,6 +27,10 @@ TINY = ["model=oom_above", "batch=16,64", "dataset=synthetic", "dataset.shape=[1
 SWEEPS = (["-m", *TINY, "device=cpu"], ["-m", *TINY, "device=cpu,cuda"])  # cuda: unavailable (GPUs hidden)
 COLUMNS = ("Models", "outcome", "batch_size", "time/total_s")  # "Models" (an empty default) off, the rest on
 
+# ms an assertion waits for the UI to render (Playwright's default is 5 s): on a VM running
+# 1.5-2x slow the run table once took longer than that to appear
+UI_WAIT_MS = 30_000
+
 
 def _chromium() -> str:
     """Debian's Chromium, installed with apt-get where this runs as root and it is missing."""
@@ -93,7 +97,7 @@ def test_the_run_table_shows_names_outcomes_inputs_and_the_sweep_description(tmp
             page.set_default_timeout(60_000)
             page.goto(f"{uri}/#/experiments/{exp_id}/runs")  # the README's URL
             for parent in parents:
-                expect(page.get_by_text(parent.info.run_name, exact=True)).to_be_visible()
+                expect(page.get_by_text(parent.info.run_name, exact=True)).to_be_visible(timeout=UI_WAIT_MS)
             close = page.get_by_role("button", name="Close")  # the assistant's side panel, where shown
             if close.count():
                 close.first.click()
@@ -101,7 +105,7 @@ def test_the_run_table_shows_names_outcomes_inputs_and_the_sweep_description(tmp
                 row = page.locator("[role=row]", has_text=parent.info.run_name)
                 row.locator('[col-id*="Run Name"] button').first.click()
             for name in names:
-                expect(page.get_by_text(name, exact=True)).to_be_visible()
+                expect(page.get_by_text(name, exact=True)).to_be_visible(timeout=UI_WAIT_MS)
             for column in COLUMNS:  # the README's "Columns": type a name, tick it
                 page.get_by_test_id("column-selection-dropdown").first.click()
                 page.get_by_placeholder("Search columns").fill(column)
@@ -109,21 +113,21 @@ def test_the_run_table_shows_names_outcomes_inputs_and_the_sweep_description(tmp
                 page.keyboard.press("Escape")
             outcome_cells = page.locator('[role=gridcell][col-id="tags.`outcome`"]')
             for outcome in ("oom", "unavailable", "ok"):
-                expect(outcome_cells.filter(has_text=outcome)).to_have_count(2)
-            expect(page.get_by_text(re.compile(r"synthetic/train \(generated:synthetic-[0-9a-f]{8}\)")).first).to_be_visible()  # dataset input
+                expect(outcome_cells.filter(has_text=outcome)).to_have_count(2, timeout=UI_WAIT_MS)
+            expect(page.get_by_text(re.compile(r"synthetic/train \(generated:synthetic-[0-9a-f]{8}\)")).first).to_be_visible(timeout=UI_WAIT_MS)  # dataset input
             _widen_run_names(page)
             page.get_by_role("button", name="Toggle sidebar").click()
             page.get_by_role("button", name="Expand rows").click()  # both inputs of each job
-            expect(page.get_by_text(re.compile(r"synthetic/test \(generated:synthetic-[0-9a-f]{8}\)")).first).to_be_visible()
+            expect(page.get_by_text(re.compile(r"synthetic/test \(generated:synthetic-[0-9a-f]{8}\)")).first).to_be_visible(timeout=UI_WAIT_MS)
             page.screenshot(path=str(shot))
             both = next(p for p in parents if "device" in p.info.run_name)
             page.goto(f"{uri}/#/experiments/{exp_id}/runs/{both.info.run_id}")  # the parent's run page
-            expect(page.get_by_text("python -m sweeps -m model=oom_above batch=16,64").first).to_be_visible()
-            expect(page.get_by_text("4 job(s): 1 ok, 1 oom, 2 unavailable").first).to_be_visible()
+            expect(page.get_by_text("python -m sweeps -m model=oom_above batch=16,64").first).to_be_visible(timeout=UI_WAIT_MS)
+            expect(page.get_by_text("4 job(s): 1 ok, 1 oom, 2 unavailable").first).to_be_visible(timeout=UI_WAIT_MS)
             ok = next(j for j in jobs if j.data.tags["outcome"] == "ok")
             page.goto(f"{uri}/#/experiments/{exp_id}/runs/{ok.info.run_id}")  # host telemetry as MLflow's own
             page.get_by_text("System metrics", exact=True).first.click()
-            expect(page.get_by_text("cpu_utilization_percentage").first).to_be_visible()
+            expect(page.get_by_text("cpu_utilization_percentage").first).to_be_visible(timeout=UI_WAIT_MS)
             browser.close()
         if os.environ.get("SWEEPS_UPDATE_SCREENSHOT"):  # the README's picture, only when asked for
             SCREENSHOT.parent.mkdir(exist_ok=True)
