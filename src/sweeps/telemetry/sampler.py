@@ -9,10 +9,11 @@ job.
 
 A thread samples every ``interval_s``; the trainer also takes a sample at each edge of a training
 epoch, where the device is synchronized, so each epoch window has exact ends and the energy
-counter is read with the GPU's queue empty — unless the previous epoch was shorter than
-:data:`EDGE_GAP_S` (epochs of a few ms) and so is the time since the last sample, or, on the host
-alone (no GPU's energy to read), unless the previous epoch was short: such an epoch's metrics come
-from the samples inside it, if any, and it has no energy figure (``energy/train_j`` is then omitted). After
+counter is read with the GPU's queue empty. An epoch that follows one shorter than
+:data:`EDGE_GAP_S` (epochs of a few ms) gets no edges, except with a GPU once the last sample is
+:data:`EDGE_GAP_S` old (on the host alone there is no energy to read at them): such an epoch's
+metrics come from the samples inside it, if any, and it has no energy figure (``energy/train_j``
+is then omitted). After
 an epoch of at least :data:`EDGE_GAP_S` the next one always gets its edges, however soon it starts
 (a short evaluation between them): two samples then cost ≤ 0.6 % of the training time. One summary per epoch, never a log call per sample.
 """
