@@ -176,12 +176,14 @@ def test_sigint_while_importing_stops_at_once(tmp_path):
     """Started as a background job of a non-interactive shell (SIGINT inherited ignored) and
     interrupted while Hydra and the config package are still importing — at two moments of it:
     the signal is neither lost nor raised into an import (where a finalizer once swallowed it and
-    the process went on to fail with exit 2)."""
+    the process went on to fail with exit 2) or into the store process's start; and, a moment
+    later, while torch imports and the store process opens the store: that process, whose job has
+    gone, exits without a traceback after the job's one line (CI once printed BrokenPipeError)."""
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))}
     procs = {}
-    for delay in (0.3, 0.45):  # after the handler is in (~0.1-0.2 s after exec), while Hydra imports
+    for delay in (0.3, 0.45, 1.2):  # after the handler is in (~0.1-0.2 s after exec), while Hydra imports; torch
         (tmp_path / str(delay)).mkdir()
         procs[delay] = subprocess.Popen(
             [sys.executable, "-m", "sweeps", "model=mlp_tabular", "dataset=diabetes", "epochs=500"],
@@ -194,8 +196,12 @@ def test_sigint_while_importing_stops_at_once(tmp_path):
     for delay, proc in procs.items():
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, f"SIGINT at {delay} s: {err[-2000:]}"
-        assert err.strip().splitlines()[-1] == "sweeps: interrupted by SIGINT before any job ran"
-        assert "Traceback" not in err and "Exception ignored" not in err
+        last = err.strip().splitlines()[-1]
+        if delay < 1:
+            assert last == "sweeps: interrupted by SIGINT before any job ran"
+        else:  # a fast machine may have started the job (then it is KILLED): one line all the same
+            assert last.startswith("sweeps: interrupted by SIGINT"), err[-2000:]
+        assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
 
 
 def test_sigint_raised_inside_execd_source_still_exits_130(tmp_path):

@@ -50,12 +50,12 @@ def main() -> None:
     try:
         client, experiment_id = store.open_store(uri, experiment)
     except UsageError as e:
-        outbox.send(("usage", str(e)))
+        _send(outbox, ("usage", str(e)))
         _exit()
     except Exception as e:  # noqa: BLE001 (one line for the job, whatever the store raised)
-        outbox.send(("usage", f"cannot open the MLflow store {uri} ({describe(e)})"))
+        _send(outbox, ("usage", f"cannot open the MLflow store {uri} ({describe(e)})"))
         _exit()
-    outbox.send(("ready", experiment_id))
+    _send(outbox, ("ready", experiment_id))
     # from now on at the lowest priority: during the training its work (the writer's batches) takes cores the
     priority.lowest()  # training leaves idle; at the job's start and end the job waits for it anyway
     while True:
@@ -64,7 +64,7 @@ def main() -> None:
         except (EOFError, OSError):  # the job's process is done with the store: every call was answered,
             _exit()                  # so nothing is pending
         except Exception as e:  # noqa: BLE001 (a request that does not unpickle: its caller hears why)
-            outbox.send(("error", type(e).__name__, str(e)))
+            _send(outbox, ("error", type(e).__name__, str(e)))
             continue
         try:
             answer = ("ok", mirror(execute(client, kind, name, args, kwargs)))
@@ -75,7 +75,17 @@ def main() -> None:
         except OSError:  # the job gave the pipe up (interrupted while waiting) or is gone
             _exit()
         except Exception as e:  # noqa: BLE001 (a result that does not pickle still gets an answer)
-            outbox.send(("error", type(e).__name__, str(e)))
+            _send(outbox, ("error", type(e).__name__, str(e)))
+
+
+def _send(outbox: Connection, answer: tuple) -> None:
+    """Send one answer; exit quietly where the job gave the pipe up: a job interrupted while the
+    store opened (Ctrl-C during its imports) has said its one line and gone, and a traceback here
+    would follow that line on the stderr they share."""
+    try:
+        outbox.send(answer)
+    except OSError:  # BrokenPipeError, ConnectionResetError: the job's end of the pipe is closed
+        _exit()
 
 
 def _watch_parent(parent: int) -> None:

@@ -114,7 +114,10 @@ def cli(early: list[int] | None = None) -> None:
     signals.install()
     if early:  # nothing has started: no parent run to close, the one line and 130/143
         _interrupted(signals.name(early[0]))
-    store_service.prestart(sys.argv[1:])  # one job: its store process imports mlflow while Hydra composes
+    with signals.held():  # a signal raised inside Popen's fork would leave the store process half-started
+        store_service.prestart(sys.argv[1:])  # one job: its store process imports mlflow while Hydra composes
+    if signals.received():
+        _interrupted(signals.name(signals.received()[0]))
     full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))  # the user asked for Hydra's traceback
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its message and exiting 1
     try:
