@@ -1,17 +1,21 @@
-"""Shared fixtures: run the real CLI in a subprocess and read the real sqlite MLflow store."""
+"""Shared fixtures: run the real CLI in a subprocess and read the real sqlite MLflow store.
+
+Nothing heavy at import: pytest-xdist's controlling process imports this file too, before it
+starts the workers, and torch and mlflow there (~3.5 s) only delayed them."""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from mlflow import MlflowClient
 
 from sweeps.tracking.store import open_client
 
-import process_state
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -138,6 +142,8 @@ def seed_store(cwd: Path) -> None:
 def _process_state_restored():
     """Every test leaves the process as it found it (tests/process_state.py): set up before and
     torn down after the test's own fixtures, monkeypatch included."""
+    import process_state  # torch: imported by the worker that runs tests, not by xdist's controller
+
     with process_state.saved():
         yield
 
@@ -145,6 +151,8 @@ def _process_state_restored():
 @pytest.fixture(autouse=True, scope="module")
 def _process_state_restored_per_module():
     """The same around a module: its module-scoped fixtures run jobs before any test begins."""
+    import process_state
+
     with process_state.saved():
         yield
 
