@@ -171,10 +171,14 @@ def test_a_full_disk_after_the_handoff_sends_the_later_epochs_in_process(tmp_pat
 
 
 @pytest.mark.slow  # starts a writer process (~3 s): the default suite keeps the kill -9 and no-store-call tests
-def test_a_long_job_through_the_writer_process_lands_every_epoch_once(in_process, tiny, tmp_path, handoff):
+def test_a_long_job_through_the_writer_process_lands_every_epoch_once(in_process, tiny, tmp_path, handoff, caplog):
+    """The job hands its run over; at its end the writer process has sent it all, or, starved of
+    CPU (it runs under SCHED_IDLE: the other test worker busy on both cores starved it for 60 s and
+    more), is taken over after STALL_S: every epoch lands once either way."""
     assert in_process([*tiny, "model=mlp", "model.hidden=[16]", "epochs=40", "telemetry.interval_s=0",
                        "log_every_s=60"]) == "ok"
-    assert relay.running()  # the job handed its run over
+    taken_over = "the job sends the rest itself" in caplog.text
+    assert relay.running() or taken_over  # the job handed its run over
     (run,) = runs(tmp_path)
     client = store(tmp_path)
     for key in (names.TRAIN_LOSS, names.EPOCH_S, names.TEST_LOSS):
