@@ -206,16 +206,6 @@ class StartedCli:
             self.proc.wait()
 
 
-def start_together(tmp_path_factory, commands: dict[str, list[str]]):
-    """Start every ``python -m sweeps ARGS`` of ``commands`` now, each in a folder of its own;
-    yields ``{name: (folder, StartedCli)}`` and stops what still runs afterwards (a generator for
-    module-scoped fixtures)."""
-    started = {name: (cwd := tmp_path_factory.mktemp(name), StartedCli(args, cwd)) for name, args in commands.items()}
-    yield started
-    for _, proc in started.values():
-        proc.stop()
-
-
 def pytest_collection_modifyitems(config, items):
     """``@pytest.mark.gpu`` tests skip, one line each, where no CUDA device is visible."""
     gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]

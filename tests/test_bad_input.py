@@ -2,9 +2,10 @@
 
 Most cases run the job in-process (``in_process``): bad input raises :class:`UsageError`, whose
 message is the one line the CLI prints (``sweeps: error: ...``, exit 2), and a composition error
-raises Hydra's exception, whose text is what the CLI prints (exit 2 as well). One case per CLI
-path runs the real process: a bad value, a composition error, an unknown preset, the design
-card's sweep offline (a slow test) — exit status, one line on stderr, no traceback."""
+raises Hydra's exception, whose text is what the CLI prints (exit 2 as well). The real process of
+each way the CLI stops on bad input (a bad value, a composition error, an unknown preset: exit
+status, one line on stderr, no traceback, no heavy import) is in tests/test_startup.py; the design
+card's sweep offline (a slow test) is here."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
-from conftest import TEST_CONF, StartedCli, cli_in_process, start_together, store
+from conftest import StartedCli, cli_in_process, store
 from sweeps.launch.cli.sweep_check import one_line
 from sweeps.errors import UsageError
 
@@ -40,31 +41,6 @@ def _usage_error(in_process, overrides: list[str]) -> str:
     return line
 
 
-TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32",
-        "epochs=2", "device=cpu", TEST_CONF]
-CLI_PATHS = {  # one real process per way the CLI stops on bad input
-    "bad_value": ["model=mlp", *TINY, "batch=0"],
-    "unknown_model": ["model=resnet5"],
-    "unknown_preset": ["+experiment=nope"],
-}
-
-
-@pytest.fixture(scope="module")
-def cli(tmp_path_factory) -> dict[str, tuple[Path, StartedCli]]:
-    """The real processes of CLI_PATHS, started together (each in a folder of its own) when the
-    first test needs one; each test awaits its own."""
-    yield from start_together(tmp_path_factory, CLI_PATHS)
-
-
-def test_bad_value_is_one_line_on_stderr_and_exit_2(cli):
-    """The CLI path of every UsageError below: one line on stderr, no traceback, exit 2."""
-    _, started = cli["bad_value"]
-    proc = started.result()
-    assert proc.returncode == 2
-    line = _one_error_line(proc)
-    assert "batch=0" in line and "positive integer" in line
-
-
 @pytest.mark.parametrize("override, names, hint", [
     ("batch=0", "batch=0", "positive integer"),
     ("batch=abc", "batch='abc'", "batch=full"),
@@ -83,10 +59,10 @@ def test_subset_larger_than_the_data(in_process):
     assert "dataset.train_size=5000" in line and "at most 354" in line
 
 
-def test_unknown_model_fails_at_composition_with_the_options(cli):
-    """The CLI path of a composition error: Hydra's message, no traceback, exit 2 (bad input)."""
-    tmp_path, started = cli["unknown_model"]
-    proc = started.result()
+def test_unknown_model_fails_at_composition_with_the_options(tmp_path):
+    """The CLI's line for a composition error: Hydra's message with the options, exit 2, nothing
+    started (the real process, its one line and its imports: tests/test_startup.py)."""
+    proc = cli_in_process(["model=resnet5"], tmp_path, fresh_store=True)
     assert proc.returncode == 2
     line = _one_error_line(proc)
     assert line == ("sweeps: error: In 'config': Could not find 'model/resnet5'; Available options in 'model': "
@@ -156,13 +132,6 @@ def test_design_card_sweep_without_cifar_stops_at_once(tmp_path):
 
     (parent,) = client.search_runs([exp.experiment_id], run_view_type=ViewType.DELETED_ONLY)  # kept, deleted
     assert parent.info.status == "FAILED" and "CIFAR-10" in parent.data.tags["sweeps.stopped"]
-
-
-def test_unknown_preset(cli):
-    _, started = cli["unknown_preset"]
-    proc = started.result()
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "experiment/nope" in proc.stderr.splitlines()[0]
 
 
 def test_unknown_preset_lists_the_presets(in_process):

@@ -3,6 +3,7 @@ revision as MLflow's migrations give, whole or absent after a crash, and a bad t
 time, never a store. Real sqlite files and MLflow's real migrations."""
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -55,10 +56,23 @@ def test_a_new_store_has_the_schema_mlflow_migrates_to_first_built_then_copied(t
     assert not list(tmp_path.glob("*/mlflow.db.creating-*"))
 
 
+@pytest.fixture(scope="module")
+def first_store(tmp_path_factory) -> tuple[Path, Path]:
+    """A store made by the template path (MLflow's migrations, ~1 s) and the template it left:
+    ``(store, template)``, made once for the module in a cache of its own."""
+    folder = tmp_path_factory.mktemp("first")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(folder / "cache"))
+        _prepare(folder / "first.db")
+        return folder / "first.db", next((folder / "cache" / "sweeps").glob("mlflow-*.db"))
+
+
 @pytest.mark.parametrize("damage", ["garbage", "stale revision", "an experiment in it"])
-def test_a_damaged_or_stale_template_is_rebuilt_and_the_store_is_whole(tmp_path, cache, damage):
-    _prepare(tmp_path / "first.db")
-    template = next(cache.glob("mlflow-*.db"))
+def test_a_damaged_or_stale_template_is_rebuilt_and_the_store_is_whole(tmp_path, cache, first_store, damage):
+    first, built = first_store
+    cache.mkdir(parents=True)
+    template = cache / built.name
+    shutil.copyfile(built, template)
     if damage == "garbage":
         template.write_bytes(b"not a database" * 100)
     else:
@@ -69,7 +83,7 @@ def test_a_damaged_or_stale_template_is_rebuilt_and_the_store_is_whole(tmp_path,
         conn.close()
     client, _ = _prepare(tmp_path / "second.db")
     assert {e.name for e in client.search_experiments()} == {"Default", "e"}
-    assert _schema(tmp_path / "second.db") == _schema(tmp_path / "first.db") == _schema(template)
+    assert _schema(tmp_path / "second.db") == _schema(first) == _schema(template)
 
 
 def test_a_crash_while_creating_leaves_no_store_and_the_next_start_makes_it_whole(tmp_path, cache, monkeypatch):

@@ -64,10 +64,12 @@ def sweeps_to_signal(request, tmp_path_factory) -> dict:
         proc.stop()
 
 
-# SIGINT's sweep in the slow step: the default run keeps SIGTERM's, and SIGINT mid-job (run KILLED,
-# 130, one line) in test_sigint_raised_inside_execd_source_still_exits_130
-@pytest.mark.parametrize("sig, code", [pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow),
-                                       (signal.SIGTERM, 143)])
+# ~13 s of CPU each (a real sweep's process with its store process): the slow step. The default run
+# keeps a real SIGINT mid-job (run KILLED, 130, one line) in
+# test_sigint_raised_inside_execd_source_still_exits_130, and SIGTERM's handler raised mid-job,
+# runs closed KILLED, in tests/test_job_context.py
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_ends_runs_killed_and_exits(sweeps_to_signal, sig, code):
     tmp_path, started = sweeps_to_signal[sig]
     _wait_for_checkpoint(tmp_path, 1, started)

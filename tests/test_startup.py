@@ -29,11 +29,16 @@ def _imports(args: list[str], cwd) -> tuple[subprocess.CompletedProcess, set[str
     (["-m", "batch=128,abc", "epochs=5"], 2, "job batch=abc"),
     (["modle=mlp"], 2, "Key 'modle' not in"),
     (["model=resnet5"], 2, "Could not find 'model/resnet5'"),
+    (["+experiment=nope"], 2, "Could not find 'experiment/nope'"),
 ])
 def test_the_command_line_answers_without_the_heavy_imports(tmp_path, args, code, says):
+    """Bad input (exit 2) is one line on stderr, ``sweeps: error: ...``, no traceback."""
     proc, loaded = _imports([*args, TEST_CONF], tmp_path)
     assert proc.returncode == code, proc.stderr[-2000:]
-    assert says in proc.stdout + proc.stderr
+    assert says in proc.stdout + proc.stderr and "Traceback" not in proc.stdout + proc.stderr
+    if code == 2:
+        (line,) = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+        assert line.startswith("sweeps: error: ") and says in line
     assert not loaded & set(HEAVY), f"{' '.join(args)} imported {sorted(loaded & set(HEAVY))}"
     assert not (tmp_path / "mlruns").exists()  # nothing was opened either
 

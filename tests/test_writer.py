@@ -108,7 +108,7 @@ def test_console_rows_are_throttled_but_the_first_and_last_always_show(caplog):
 def test_epochs_csv_has_every_column_of_every_epoch(in_process, tiny, tmp_path):
     """eval.every_epochs=2: epoch 1 has no test metrics, epochs 2 and 4 have them. The artifact's
     header is the union of the records' columns, and each row's cells sit under their own names."""
-    assert in_process([*tiny, "epochs=4", "eval.every_epochs=2", "telemetry.interval_s=0",
+    assert in_process([*tiny, "model=mlp", "epochs=4", "eval.every_epochs=2", "telemetry.interval_s=0",
                        "checkpoint.every_epochs=0"]) == "ok"
     (run,) = runs(tmp_path)
     path = store(tmp_path).download_artifacts(run.info.run_id, "epochs.csv", str(tmp_path))
@@ -158,7 +158,7 @@ def test_a_resumed_run_does_not_log_its_step_0_values_twice(tmp_path):
 
 
 def test_log_every_epochs_thins_the_run_series_and_epochs_csv_keeps_every_epoch(in_process, tiny, tmp_path):
-    assert in_process([*tiny, "epochs=11", "eval.every_epochs=5", "mlflow.log_every_epochs=4",
+    assert in_process([*tiny, "model=mlp", "epochs=11", "eval.every_epochs=5", "mlflow.log_every_epochs=4",
                        "telemetry.interval_s=0", "checkpoint.every_epochs=0"]) == "ok"
     (run,) = runs(tmp_path)
     client = store(tmp_path)
