@@ -292,15 +292,6 @@ def test_reduce_records_mean_max_and_throughput():
     assert out["perf/samples_per_s"] == 32.0 and out["test/loss"] == 3.0
 
 
-def test_batch_that_does_not_divide_is_one_clear_line(tmp_path):
-    proc = run_cli(["model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]", "batch=33", "device=ddp",
-                    "device.gpus=2"], tmp_path, timeout=120)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert lines[-1].startswith("sweeps: error: batch=33") and "device.gpus=2" in lines[-1]
-    assert "Traceback" not in proc.stderr
-
-
 def test_more_processes_than_gpus_is_unavailable(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

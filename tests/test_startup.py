@@ -30,6 +30,8 @@ def _imports(args: list[str], cwd) -> tuple[subprocess.CompletedProcess, set[str
     (["modle=mlp"], 2, "Key 'modle' not in"),
     (["model=resnet5"], 2, "Could not find 'model/resnet5'"),
     (["+experiment=nope"], 2, "Could not find 'experiment/nope'"),
+    (["model=mlp", "batch=33", "device=ddp", "device.gpus=2"], 2, "batch=33 is the global batch and does not "
+     "divide over device.gpus=2 processes: use a multiple of 2"),
 ])
 def test_the_command_line_answers_without_the_heavy_imports(tmp_path, args, code, says):
     """Bad input (exit 2) is one line on stderr, ``sweeps: error: ...``, no traceback."""
