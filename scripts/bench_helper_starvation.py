@@ -64,8 +64,9 @@ def _store_pid(parent: int) -> int | None:
 def one_job() -> dict[str, float]:
     """Run the job once in a fresh folder; its wall, stalled and the store process's figures (s)."""
     started = time.perf_counter()
+    err = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would block the job mid-run
     job = subprocess.Popen([sys.executable, "-m", "sweeps", *JOB], cwd=tempfile.mkdtemp(prefix="starve-"), env=ENV,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                           stdout=subprocess.DEVNULL, stderr=err, text=True)
     store, last_store, stalled = None, None, 0.0
     while job.poll() is None:
         store = store or _store_pid(job.pid)
@@ -77,7 +78,8 @@ def one_job() -> dict[str, float]:
         time.sleep(POLL_S)
     wall = time.perf_counter() - started
     if job.returncode != 0:
-        raise SystemExit(f"the job failed ({job.returncode}): {job.stderr.read()[-2000:]}")
+        err.seek(0)
+        raise SystemExit(f"the job failed ({job.returncode}): {err.read()[-2000:]}")
     return {"wall": wall, "stalled": stalled, "store_waited": last_store[2] if last_store else float("nan"),
             "store_cpu": last_store[1] if last_store else float("nan")}
 

@@ -42,8 +42,10 @@ def test_offline_mnist_preset(tmp_path, shared_data, monkeypatch):
     assert proc.returncode == 0, proc.stderr[-3000:]
     from sweeps.tracking.naming import parse_overrides
 
-    jobs = {(d["model"], d["batch"]): run for name, run in _jobs(tmp_path, "offline_mnist").items()
-            if (d := dict(parse_overrides(name)))}
+    jobs = {}
+    for name, run in _jobs(tmp_path, "offline_mnist").items():
+        swept = dict(parse_overrides(name))
+        jobs[swept["model"], swept["batch"]] = run
     assert set(jobs) == {(m, b) for m in ("mlp", "cnn10") for b in ("64", "256")}, set(jobs)
     for (model, _), job in jobs.items():
         assert job.data.tags["outcome"] == "ok" and job.data.metrics["test/final_acc"] >= 0.90
