@@ -14,6 +14,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from helpers import note_failure_time
 from sweeps.models.zoo import MLP
 
 PAUSE_FILE, PAUSE_AT = "DDP_TEST_PAUSE_FILE", "DDP_TEST_PAUSE_AT_CALL"  # PauseOnRank0
@@ -59,6 +60,7 @@ class FailInBackward(MLP):
 
     @staticmethod
     def _raise(grad: torch.Tensor) -> None:
+        note_failure_time()
         if os.environ.get(FAIL) == "oom":
             raise torch.OutOfMemoryError("CUDA out of memory (test model: backward on rank 1)")
         raise RuntimeError("broken backward on purpose (test model)")

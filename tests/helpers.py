@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Sequence
 
 import torch
@@ -78,6 +79,17 @@ class Slow(nn.Module):
         return self.net(x)
 
 
+FAILED_AT = "DDP_TEST_FAILED_AT"  # where a failing test model writes when it raised
+
+
+def note_failure_time() -> None:
+    """Write ``time.monotonic()`` (s; one clock for every process of the machine) to the file
+    ``$DDP_TEST_FAILED_AT`` when set: a test then times a job's end from the moment of the
+    failure, not from its start (rank start-up depends on the machine's load)."""
+    if os.environ.get(FAILED_AT):
+        Path(os.environ[FAILED_AT]).write_text(repr(time.monotonic()))
+
+
 class OOMOnRank(nn.Module):
     """A small MLP whose training forward raises ``torch.OutOfMemoryError`` on data-parallel rank
     ``rank`` only (``torch.distributed.get_rank()``); on the other ranks, and outside
@@ -90,6 +102,7 @@ class OOMOnRank(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and torch.distributed.is_initialized() and torch.distributed.get_rank() == self.rank:
+            note_failure_time()
             raise torch.OutOfMemoryError(f"CUDA out of memory (test model: rank {self.rank})")
         return self.net(x)
 
