@@ -1,26 +1,30 @@
 #!/usr/bin/env python
-"""A job's end on a busy machine: how long the job waits for its own store process, which runs at
-the lowest CPU priority (``sweeps.tracking.priority``: nice 19, its session's autogroup at nice 19,
-``SCHED_IDLE``), while other programs keep every core busy. Prints figures with their spread
-(median [min, max] over ``--repeats``); asserts nothing.
+"""A job's end on a busy machine: how long the job waits for its own store process while other
+programs keep every core busy. The store process answers the run writer's background batches on
+a thread at the lowest CPU priority (``sweeps.tracking.priority``: nice 19, ``SCHED_IDLE``) and
+every call the job waits for at normal priority (``sweeps.tracking.store_process``); before
+2026-11-26 the whole process ran at the lowest priority, in a session of its own whose autogroup
+was at nice 19 too. Prints figures with their spread (median [min, max] over ``--repeats``);
+asserts nothing.
 
-    python scripts/bench_helper_starvation.py [--repeats 3] [--hogs N]   # N: the core count by default
+    python scripts/bench_helper_starvation.py [--repeats 3] [--hogs N] [--apart]   # N: the core count by default
 
 Each repeat runs the same small job as users run it (``python -m sweeps`` in a subprocess, the
 tabular preset's model on scikit-learn's diabetes data, 3 epochs, CPU, a new sqlite store) once
 on a quiet machine and once beside N busy loops (``while True: pass``, nice 0, started by this
-script: one session with the job). Every 0.1 s it reads the job's process and its store process
-(``/proc/PID/stat`` state; ``/proc/PID/schedstat``: CPU time and time spent runnable but waiting
-for a core, in ns; man 5 proc). Figures per run:
+script: one session with the job, or with ``--apart`` a session of their own). Every 0.1 s it
+reads the job's process and its store process, all their threads (``/proc/PID/task/TID/stat``
+state; ``.../schedstat``: CPU time and time spent runnable but waiting for a core, in ns; man 5
+proc). Figures per run:
 
 - wall: the job's process from start to exit (s);
-- stalled: time the job's process slept while its store process was runnable (s): the job waiting
+- stalled: time the job's main thread slept while a thread of its store process was runnable (s): the job waiting
   on a helper that has work but no core;
 - store waited: the store process's total time runnable but not running (s), and its CPU time (s).
 
 Measured on the project's 2-core VM (2026-11-26, docs/benchmarks.md, "A job's end on a busy
-machine"). A helper at the lowest priority is the right choice while the job trains (its work must
-not delay a step); once the job waits for it, the same priority makes the job wait for everyone.
+machine"). The lowest priority is the right choice for work the job does not wait for (it must not
+delay a step); for work the job waits for, it makes the job wait for everyone.
 """
 from __future__ import annotations
 
@@ -38,16 +42,22 @@ JOB = ["model=mlp_tabular", "dataset=diabetes", "epochs=3", "device=cpu"]
 POLL_S = 0.1
 
 
-def _read(pid: int | None) -> tuple[str, float, float] | None:
-    """(state, CPU s, runnable-but-waiting s) of process ``pid``; None when it is not there."""
+def _read(pid: int | None, threads: str = "[0-9]*") -> tuple[str, float, float] | None:
+    """(state, CPU s, runnable-but-waiting s) of process ``pid``'s ``threads`` (a glob of thread
+    ids: all of them by default; state ``R`` where any is runnable); None when it is not there."""
     if pid is None:
         return None
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-        run_ns, wait_ns = open(f"/proc/{pid}/schedstat").read().split()[:2]
-    except (OSError, IndexError, ValueError):
+    states, run_s, wait_s = [], 0.0, 0.0
+    for task in glob.glob(f"/proc/{pid}/task/{threads}"):
+        try:
+            states.append(open(f"{task}/stat").read().rsplit(")", 1)[1].split()[0])
+            run_ns, wait_ns = open(f"{task}/schedstat").read().split()[:2]
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+        run_s, wait_s = run_s + int(run_ns) / 1e9, wait_s + int(wait_ns) / 1e9
+    if not states:
         return None
-    return state, int(run_ns) / 1e9, int(wait_ns) / 1e9
+    return ("R" if "R" in states else states[0]), run_s, wait_s
 
 
 def _store_pid(parent: int) -> int | None:
@@ -70,7 +80,7 @@ def one_job() -> dict[str, float]:
     store, last_store, stalled = None, None, 0.0
     while job.poll() is None:
         store = store or _store_pid(job.pid)
-        mine, theirs = _read(job.pid), _read(store)
+        mine, theirs = _read(job.pid, str(job.pid)), _read(store)  # the job's main thread
         if theirs is not None:
             last_store = theirs
         if mine and theirs and mine[0] == "S" and theirs[0] == "R":
@@ -92,6 +102,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hogs", type=int, default=os.cpu_count() or 2, help="busy loops beside the job")
+    parser.add_argument("--apart", action="store_true",
+                        help="start the busy loops in a session of their own (another terminal's programs: "
+                             "Linux's autogroup then shares the CPU between the two sessions first)")
     args = parser.parse_args()
     if not os.path.exists("/proc/self/schedstat"):
         raise SystemExit("needs Linux's /proc/PID/schedstat")
@@ -99,7 +112,8 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {"quiet": [], "busy": []}
     for _ in range(args.repeats):
         results["quiet"].append(one_job())
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
+        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=args.apart)
+                for _ in range(args.hogs)]
         try:
             time.sleep(0.5)
             results["busy"].append(one_job())
@@ -107,7 +121,8 @@ def main() -> None:
             for hog in hogs:
                 hog.kill()
                 hog.wait()
-    print(f"{args.repeats} repeats, {args.hogs} busy loop(s) beside the busy runs; median [min, max], s")
+    where = "in a session of their own" if args.apart else "in the job's session"
+    print(f"{args.repeats} repeats, {args.hogs} busy loop(s) {where} beside the busy runs; median [min, max], s")
     print(f"{'run':6s} {'wall':>22s} {'stalled on store':>22s} {'store waited':>22s} {'store CPU':>22s}")
     for name, rows in results.items():
         print(f"{name:6s} " + " ".join(f"{_spread([r[k] for r in rows]):>22s}"

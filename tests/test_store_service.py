@@ -7,15 +7,19 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
+import threading
 import time
 
 import pytest
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
+import thread_probe
+from conftest import TESTS
 from sweeps import names
 from sweeps.errors import UsageError
-from sweeps.tracking import inputs
+from sweeps.tracking import inputs, priority
 from sweeps.tracking.store_service import RemoteClient, StoreError, StoreService, _runs_one_job
 from sweeps.tracking.writer import RunWriter
 
@@ -135,31 +139,58 @@ def test_only_a_command_that_runs_one_job_starts_a_store_process(argv, starts):
     assert _runs_one_job(argv) is starts
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="Linux scheduling policies")
-def test_the_store_process_and_the_writer_thread_yield_the_cpu_to_the_training(service):
-    """Once the store is open the store process runs at nice 19 under SCHED_IDLE (any training
-    thread that wakes preempts it at once) in a session whose autogroup is at nice 19 too; the
-    run's background writer thread in the job's process is lowered the same way, alone: the
-    job's own thread keeps its priority and policy."""
-    client, experiment_id = service.opened()
-    pid = service.proc.pid
-    deadline = time.monotonic() + 10
-    while os.sched_getscheduler(pid) != os.SCHED_IDLE and time.monotonic() < deadline:
-        time.sleep(0.01)  # it lowers itself right after its "ready"
-    assert os.sched_getscheduler(pid) == os.SCHED_IDLE
-    assert os.getpriority(os.PRIO_PROCESS, pid) == 19
-    if os.path.exists(f"/proc/{pid}/autogroup"):  # kernels with autogroup: "/autogroup-N nice 19"
-        with open(f"/proc/{pid}/autogroup") as f:
-            assert f.read().split()[-1] == "19"
-    before = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))
-    writer = RunWriter(client, experiment_id, "job", None, {})
+def _cpu_s(pid: int, tid: int) -> float:
+    """CPU time (s) of thread ``tid`` of process ``pid`` (man 5 proc, /proc/PID/task/TID/schedstat)."""
+    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux: priorities and CPU time per thread")
+def test_the_store_process_answers_each_call_at_its_callers_priority(tmp_path, monkeypatch):
+    """The run writer's background thread is lowered alone (nice 19 under SCHED_IDLE: any
+    training thread that wakes preempts it at once), and the store process answers its batches on
+    a thread of its own lowered the same way; a call the job's thread waits for is answered at
+    that thread's normal priority, so on a busy machine the job's end does not wait for everyone.
+    The process shares the job's session (Linux's autogroup counts it with the job), in a process
+    group of its own (a Ctrl-C in the terminal does not reach it)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+    service = StoreService()
+    service.open(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp")
     try:
-        thread = writer._thread  # its background sender
+        client, experiment_id = service.opened()
+        pid = service.proc.pid
+        assert os.getsid(pid) == os.getsid(0)
+        assert os.getpgid(pid) == (pid if sys.version_info >= (3, 11) else os.getsid(pid))
+        mine = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))
+        assert tuple(client.run(thread_probe.scheduling)) == mine  # the job's thread waits: its own priority
+
+        def lowered_caller(seen: list) -> None:
+            priority.lowest(threading.get_native_id())
+            seen.append(tuple(client.run(thread_probe.scheduling)))
+        seen: list = []
+        caller = threading.Thread(target=lowered_caller, args=(seen,))
+        caller.start()
+        caller.join(30)
+        assert seen == [(os.SCHED_IDLE, priority.LOWEST)]
+        assert (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)) == mine  # this thread untouched
+        (background,) = [int(t) for t in os.listdir(f"/proc/{pid}/task") if os.sched_getscheduler(int(t)) == os.SCHED_IDLE]
+
+        writer = RunWriter(client, experiment_id, "job", None, {})
         deadline = time.monotonic() + 5
-        while os.sched_getscheduler(thread.native_id) != os.SCHED_IDLE and time.monotonic() < deadline:
+        while os.sched_getscheduler(writer._thread.native_id) != os.SCHED_IDLE and time.monotonic() < deadline:
             time.sleep(0.01)  # the thread lowers itself as it starts
-        assert os.sched_getscheduler(thread.native_id) == os.SCHED_IDLE
-        assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == 19
-        assert (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)) == before
-    finally:
+        assert os.sched_getscheduler(writer._thread.native_id) == os.SCHED_IDLE
+        assert os.getpriority(os.PRIO_PROCESS, writer._thread.native_id) == priority.LOWEST
+        # its beat's batch (2,000 values: ~0.3 s of MLflow's work) is answered on the lowered thread
+        cpu = {tid: _cpu_s(pid, tid) for tid in (pid, background)}
+        writer.log_series(names.TRAIN_LOSS, [1.0 / i for i in range(1, 2001)])
+        real = MlflowClient(service.uri)
+        deadline = time.monotonic() + 60
+        while len(real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) < 2000 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) == 2000
+        spent = {tid: _cpu_s(pid, tid) - cpu[tid] for tid in cpu}
+        assert spent[background] > 5 * spent[pid], spent
         writer.end("FINISHED")
+    finally:
+        service.close()

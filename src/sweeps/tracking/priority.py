@@ -1,5 +1,6 @@
-"""The lowest CPU priority for sweeps' own helper processes (the store process, the writer
-process), so their work takes cores the training leaves idle.
+"""The lowest CPU priority for sweeps' own background work (the writer process, the run writer's
+sending thread, the store process's thread that answers that thread), so it takes cores the
+training leaves idle.
 
 ``nice 19`` alone is not enough where the kernel groups processes by session (Linux's autogroup,
 ``/proc/sys/kernel/sched_autogroup_enabled``, on by default in desktop and many server kernels):
@@ -17,12 +18,21 @@ run-to-parity), whereas any normal task that wakes preempts a ``SCHED_IDLE`` one
 (kernel/sched/fair.c, ``check_preempt_wakeup_fair``). Torch's OpenMP worker threads sleep and
 wake at every parallel region of a sub-millisecond step, so that wake-up latency is what a
 helper's ingestion cost the training (docs/benchmarks.md, "SCHED_IDLE").
+
+Work that a job waits for is not background: a helper at this priority on a machine whose cores
+other programs keep busy gets ~1% of a core, and the job then waits for everyone (a small job's
+end took 9–12 s instead of ~0.7 s beside two busy loops: docs/benchmarks.md, "A job's end on a
+busy machine"). An unprivileged process cannot raise itself back (RLIMIT_NICE, 0 by default), so
+the priority belongs to a thread: :func:`lowered` tells a thread that lowered itself, and the
+store process answers each call at its caller's priority.
 """
 from __future__ import annotations
 
 import os
+import threading
 
 LOWEST = 19
+_this_thread = threading.local()
 
 
 def lowest(thread: int = 0) -> None:
@@ -31,7 +41,10 @@ def lowest(thread: int = 0) -> None:
     ``start_new_session``: the group is its own, never the terminal's). ``thread``: a native
     thread id (``threading.get_native_id()``) to lower that thread alone instead (Linux; its
     process's group is left as it is). Never raises: where any of these is not there or not
-    allowed, it stays as it was."""
+    allowed, it stays as it was. The calling thread counts as :func:`lowered` from now on where
+    it is the one lowered."""
+    if not thread or thread == threading.get_native_id():
+        _this_thread.lowered = True
     try:
         os.setpriority(os.PRIO_PROCESS, thread, LOWEST)
     except (AttributeError, OSError):
@@ -46,3 +59,9 @@ def lowest(thread: int = 0) -> None:
         os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))  # seeing it means all is set
     except (AttributeError, OSError):
         pass
+
+
+def lowered() -> bool:
+    """Whether the calling thread lowered itself with :func:`lowest` (its work is background: its
+    calls to the store process are answered at the lowest priority there too)."""
+    return getattr(_this_thread, "lowered", False)

@@ -9,8 +9,15 @@ the second core while the job imports torch and builds its data, and the job's p
 imports mlflow: every store call — run creation, params, tags, the writer's metric batches,
 artifacts, resume, the summary — is a :class:`RemoteClient` method call pickled to it over a
 pipe and answered there by an :class:`mlflow.MlflowClient` (Weights & Biases' service process is
-the model). MLflow's ingestion (~85 µs a value here) then runs off the training process's GIL,
-at the lowest CPU priority (:mod:`sweeps.tracking.priority`).
+the model). MLflow's ingestion (~85 µs a value here) then runs off the training process's GIL.
+Each call is answered at its caller's priority: the run writer's background batches (its
+sending thread is lowered, :func:`sweeps.tracking.priority.lowered`) on a thread of the store
+process lowered alone, at the lowest priority, so they take cores the training leaves idle;
+every call a job's thread waits for — run creation, params, artifacts, the last flush, the
+summary — on its main thread at normal priority, so a busy machine does not make the job's end
+wait for everyone (docs/benchmarks.md, "A job's end on a busy machine"). The process stays in the
+job's session (Linux's autogroup: it shares the job's group) in a process group of its own (a
+Ctrl-C in the terminal does not reach it).
 
 A process that has imported mlflow already keeps its own client (the import is paid): a sweep's
 process, which opened the store for its parent run, and tests that hold a client.
@@ -39,8 +46,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sweeps.errors import UsageError
+from sweeps.tracking import priority
 
 log = logging.getLogger("sweeps")
+# a request's first byte, then its pickle: which thread of the store process answers it
+LOW, NORMAL = b"L", b"N"
 _services: dict[str, "StoreService"] = {}  # tracking URI → its store process (one per URI per process)
 _spare: list["StoreService"] = []  # started by prestart(), not yet told which store to open
 _errors: dict[str, type] = {}
@@ -83,10 +93,12 @@ class StoreService:
         env = dict(os.environ)  # the folder holding this package goes first on its path: the same code as here
         here = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
-        # its own session: a Ctrl-C in the terminal stops the job, which then closes its run through it
+        # its own process group: a Ctrl-C in the terminal stops the job, which then closes its run
+        # through it; the job's session, so Linux's autogroup counts it with the job (module docstring)
+        apart = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
         self.proc = subprocess.Popen([sys.executable, "-m", "sweeps.tracking.store_process", str(requests_r),
                                       str(answers_w), str(os.getpid())], pass_fds=(requests_r, answers_w),
-                                     env=env, start_new_session=True)
+                                     env=env, **apart)
         os.close(requests_r)
         os.close(answers_w)
         self._out, self._in = Connection(self._requests, readable=False), Connection(self._answers, writable=False)
@@ -120,10 +132,18 @@ class StoreService:
         return RemoteClient(self), self._ready[1]
 
     def call(self, kind: str, name: str, args: tuple, kwargs: dict) -> Any:
-        """:func:`execute` in the store process (or here, once it died); its result or its error."""
+        """:func:`execute` in the store process (or here, once it died), at the calling thread's
+        priority (module docstring); its result or its error.
+
+        Raises:
+            pickle.PicklingError, TypeError, AttributeError: an argument that does not pickle
+                (nothing was sent; the process stays in use).
+        """
+        request = (LOW if priority.lowered() else NORMAL) + pickle.dumps((kind, name, args, kwargs),
+                                                                         pickle.HIGHEST_PROTOCOL)
         with self._lock:
             if self._local is None:
-                answer = self._exchange((kind, name, args, kwargs))
+                answer = self._exchange(request)
                 if answer is not None:
                     if answer[0] == "ok":
                         return answer[1]
@@ -132,15 +152,16 @@ class StoreService:
             args, kwargs = pickle.loads(pickle.dumps((args, kwargs)))
             return execute(self._local, kind, name, args, kwargs)
 
-    def _exchange(self, request: tuple | None) -> tuple | None:
-        """Send ``request`` (None: nothing) and read the process's answer; None where it died (this
+    def _exchange(self, request: bytes | None) -> tuple | None:
+        """Send ``request`` (its priority's byte, then its pickle; None: nothing) and read the
+        process's answer; None where it died (this
         process then holds a client of its own). A signal's exception (Ctrl-C) raised between the
         two may leave an answer unread or half-read, which the next call would take for its own:
         so the pipe is given up (the process finishes its call and exits) and the exception goes
         on; later calls run here."""
         try:
             if request is not None:
-                self._out.send(request)
+                self._out.send_bytes(request)
             return self._in.recv()
         except (EOFError, OSError) as e:
             self._died(f"exit status {self.proc.poll()}" if self.proc.poll() is not None else type(e).__name__)
