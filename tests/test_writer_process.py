@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -46,6 +47,8 @@ def test_after_the_handoff_an_epoch_makes_no_store_call_in_the_training_process(
     for epoch in range(1, 4):
         log.append(_record(epoch))
     assert log.relayed and relay.running()
+    pid = relay._proc.pid  # its own process group in this process's session: autogroup counts it with the job
+    assert os.getpgid(pid) == pid and (os.getsid(pid) == os.getsid(0) or sys.version_info < (3, 11))
     writer.flush()  # the 3 in-process epochs; from here on this process sends no metric
     calls = []
     real = client.log_batch

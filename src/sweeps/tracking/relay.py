@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweeps.tracking import priority
+
 log = logging.getLogger("sweeps")
 HANDOFF_EPOCHS = 100  # epochs a job logs in-process before its journal goes to the writer process
 # ... and only where the values still to send would cost the training process more than the
@@ -151,9 +153,9 @@ def _started() -> subprocess.Popen:
         _kill(_proc)
     env = dict(os.environ)  # the folder holding this package goes first on its path: the same code as here
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")]))
-    # its own session: a Ctrl-C in the terminal stops the jobs, which then drain it; it ends when stdin closes
+    # a Ctrl-C in the terminal stops the jobs, which then drain it; it ends when stdin closes
     _proc = subprocess.Popen([sys.executable, "-m", "sweeps.tracking.relay_process"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, env=env, start_new_session=True)
+                             stdout=subprocess.PIPE, env=env, **priority.own_group())
     if not _exit_hook:
         _exit_hook.append(atexit.register(stop))
     return _proc

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import queue
+import signal
 import sys
 import threading
 
@@ -93,7 +94,9 @@ class Follower:
 
 def main() -> None:
     faulthandler.enable()  # a native crash (sqlite, a driver) prints the stacks on the job's stderr
-    priority.lowest()  # the whole process (its sender threads too), its session's group too: the training comes first
+    if hasattr(signal, "SIGTTOU"):  # a background process group of the terminal's session: a warning
+        signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # it writes there must not stop it (stty tostop)
+    priority.lowest()  # the whole process (its sender threads too): the training comes first
     logging.basicConfig(level=logging.WARNING, format="[sweeps writer process] %(levelname)s %(message)s")
     from mlflow import MlflowClient  # after the priority: its ~1 s of imports runs at nice 19 too
 

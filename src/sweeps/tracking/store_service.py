@@ -93,12 +93,10 @@ class StoreService:
         env = dict(os.environ)  # the folder holding this package goes first on its path: the same code as here
         here = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
-        # its own process group: a Ctrl-C in the terminal stops the job, which then closes its run
-        # through it; the job's session, so Linux's autogroup counts it with the job (module docstring)
-        apart = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+        # a Ctrl-C in the terminal stops the job, which then closes its run through it
         self.proc = subprocess.Popen([sys.executable, "-m", "sweeps.tracking.store_process", str(requests_r),
                                       str(answers_w), str(os.getpid())], pass_fds=(requests_r, answers_w),
-                                     env=env, **apart)
+                                     env=env, **priority.own_group())
         os.close(requests_r)
         os.close(answers_w)
         self._out, self._in = Connection(self._requests, readable=False), Connection(self._answers, writable=False)
