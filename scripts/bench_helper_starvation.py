@@ -1,26 +1,30 @@
 #!/usr/bin/env python
-"""A job's end on a busy machine: how long the job waits for its own store process while other
-programs keep every core busy. The store process answers the run writer's background batches on
-a thread at the lowest CPU priority (``sweeps.tracking.priority``: nice 19, ``SCHED_IDLE``) and
-every call the job waits for at normal priority (``sweeps.tracking.store_process``); before
-2026-11-26 the whole process ran at the lowest priority, in a session of its own whose autogroup
-was at nice 19 too. Prints figures with their spread (median [min, max] over ``--repeats``);
-asserts nothing.
+"""A job's end on a busy machine: how long the job waits for its own helper processes (the store
+process, and the writer process a long job hands its journal to) while other programs keep every
+core busy. The store process answers the run writer's background batches on a thread at the
+lowest CPU priority (``sweeps.tracking.priority``: nice 19, ``SCHED_IDLE``) and every call the
+job waits for at normal priority (``sweeps.tracking.store_process``); the writer process runs at
+the lowest priority as a whole. Before 2026-11-26 both ran so in a session of their own whose
+autogroup was at nice 19 too; now in the job's session. Prints figures with their spread (median
+[min, max] over ``--repeats``); asserts nothing.
 
-    python scripts/bench_helper_starvation.py [--repeats 3] [--hogs N] [--apart]   # N: the core count by default
+    python scripts/bench_helper_starvation.py [--repeats 3] [--hogs N] [--apart] [--long]   # N: the core count by default
 
-Each repeat runs the same small job as users run it (``python -m sweeps`` in a subprocess, the
-tabular preset's model on scikit-learn's diabetes data, 3 epochs, CPU, a new sqlite store) once
-on a quiet machine and once beside N busy loops (``while True: pass``, nice 0, started by this
-script: one session with the job, or with ``--apart`` a session of their own). Every 0.1 s it
-reads the job's process and its store process, all their threads (``/proc/PID/task/TID/stat``
-state; ``.../schedstat``: CPU time and time spent runnable but waiting for a core, in ns; man 5
-proc). Figures per run:
+Each repeat runs the same job as users run it (``python -m sweeps`` in a subprocess, a new sqlite
+store) once on a quiet machine and once beside N busy loops (``while True: pass``, nice 0,
+started by this script: one session with the job, or with ``--apart`` a session of their own).
+The job: the tabular preset's model on scikit-learn's diabetes data, 3 epochs, CPU; with
+``--long``, study 5's model for 3,000 epochs at one torch thread, logging every epoch, which
+hands its journal to the writer process after its 100th epoch and waits for its drain at the
+end. Every 0.1 s it reads the job's main thread and every thread of its helper processes
+(``/proc/PID/task/TID/stat`` state; ``.../schedstat``: CPU time and time spent runnable but
+waiting for a core, in ns; man 5 proc). Figures per run:
 
 - wall: the job's process from start to exit (s);
-- stalled: time the job's main thread slept while a thread of its store process was runnable (s): the job waiting
-  on a helper that has work but no core;
-- store waited: the store process's total time runnable but not running (s), and its CPU time (s).
+- stalled: time the job's main thread slept while a thread of a helper was runnable (s): the job
+  waiting on a helper that has work but no core;
+- helpers waited: the helpers' total time runnable but not running (s), and their CPU time (s);
+  helpers: how many the job started, per run.
 
 Measured on the project's 2-core VM (2026-11-26, docs/benchmarks.md, "A job's end on a busy
 machine"). The lowest priority is the right choice for work the job does not wait for (it must not
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -39,6 +44,11 @@ import time
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SWEEPS_", "HYDRA_"))}
 JOB = ["model=mlp_tabular", "dataset=diabetes", "epochs=3", "device=cpu"]
+# long enough to hand its journal to the writer process: 2,900 epochs x ~15 values after the 100th,
+# above the 10,000 values that start one where the job's torch threads leave a core free
+LONG = ["+experiment=tabular_cpu_vs_gpu", "device=cpu", "dataset.train_size=1000", "epochs=3000",
+        "mlflow.log_every_epochs=1", "device.threads=1"]
+HELPERS = (b"sweeps.tracking.store_process", b"sweeps.tracking.relay_process")
 POLL_S = 0.1
 
 
@@ -60,38 +70,44 @@ def _read(pid: int | None, threads: str = "[0-9]*") -> tuple[str, float, float] 
     return ("R" if "R" in states else states[0]), run_s, wait_s
 
 
-def _store_pid(parent: int) -> int | None:
+def _helper_pids(parent: int) -> list[int]:
+    """The store process and the writer process started by process ``parent`` (those running now)."""
+    found = []
     for path in glob.glob("/proc/[0-9]*/cmdline"):
         try:
-            if b"sweeps.tracking.store_process" in open(path, "rb").read():
+            if any(name in open(path, "rb").read() for name in HELPERS):
                 if int(open(path.replace("cmdline", "stat")).read().rsplit(")", 1)[1].split()[1]) == parent:
-                    return int(path.split("/")[2])
+                    found.append(int(path.split("/")[2]))
         except (OSError, ValueError, IndexError):
             continue
-    return None
+    return found
 
 
-def one_job() -> dict[str, float]:
-    """Run the job once in a fresh folder; its wall, stalled and the store process's figures (s)."""
+def one_job(job: list[str]) -> dict[str, float]:
+    """Run ``python -m sweeps JOB`` once in a fresh folder; its wall, stalled and its helper
+    processes' figures (s), and how many helpers it started."""
     started = time.perf_counter()
     err = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would block the job mid-run
-    job = subprocess.Popen([sys.executable, "-m", "sweeps", *JOB], cwd=tempfile.mkdtemp(prefix="starve-"), env=ENV,
-                           stdout=subprocess.DEVNULL, stderr=err, text=True)
-    store, last_store, stalled = None, None, 0.0
-    while job.poll() is None:
-        store = store or _store_pid(job.pid)
-        mine, theirs = _read(job.pid, str(job.pid)), _read(store)  # the job's main thread
-        if theirs is not None:
-            last_store = theirs
-        if mine and theirs and mine[0] == "S" and theirs[0] == "R":
+    proc = subprocess.Popen([sys.executable, "-m", "sweeps", *job], cwd=tempfile.mkdtemp(prefix="starve-"), env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=err, text=True)
+    last: dict[int, tuple[str, float, float]] = {}  # helper pid → its last reading
+    stalled, scans = 0.0, 0
+    while proc.poll() is None:
+        if scans % 10 == 0:  # a new helper (the writer process starts mid-job): look once a second
+            last.update({pid: ("S", 0.0, 0.0) for pid in _helper_pids(proc.pid) if pid not in last})
+        scans += 1
+        mine = _read(proc.pid, str(proc.pid))  # the job's main thread
+        now = {pid: _read(pid) for pid in last}
+        last.update({pid: r for pid, r in now.items() if r is not None})
+        if mine and mine[0] == "S" and any(r and r[0] == "R" for r in now.values()):
             stalled += POLL_S
         time.sleep(POLL_S)
     wall = time.perf_counter() - started
-    if job.returncode != 0:
+    if proc.returncode != 0:
         err.seek(0)
-        raise SystemExit(f"the job failed ({job.returncode}): {err.read()[-2000:]}")
-    return {"wall": wall, "stalled": stalled, "store_waited": last_store[2] if last_store else float("nan"),
-            "store_cpu": last_store[1] if last_store else float("nan")}
+        raise SystemExit(f"the job failed ({proc.returncode}): {err.read()[-2000:]}")
+    return {"wall": wall, "stalled": stalled, "helpers_waited": sum(r[2] for r in last.values()),
+            "helpers_cpu": sum(r[1] for r in last.values()), "helpers": len(last)}
 
 
 def _spread(values: list[float]) -> str:
@@ -105,28 +121,34 @@ def main() -> None:
     parser.add_argument("--apart", action="store_true",
                         help="start the busy loops in a session of their own (another terminal's programs: "
                              "Linux's autogroup then shares the CPU between the two sessions first)")
+    parser.add_argument("--long", action="store_true",
+                        help=f"run a job that hands its journal to the writer process: {' '.join(LONG)}")
     args = parser.parse_args()
     if not os.path.exists("/proc/self/schedstat"):
         raise SystemExit("needs Linux's /proc/PID/schedstat")
-    one_job()  # warm the page cache and the store template; not counted
+    job = LONG if args.long else JOB
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a `timeout` still stops the busy loops (finally)
+    one_job(job)  # warm the page cache and the store template; not counted
     results: dict[str, list[dict[str, float]]] = {"quiet": [], "busy": []}
     for _ in range(args.repeats):
-        results["quiet"].append(one_job())
+        results["quiet"].append(one_job(job))
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=args.apart)
                 for _ in range(args.hogs)]
         try:
             time.sleep(0.5)
-            results["busy"].append(one_job())
+            results["busy"].append(one_job(job))
         finally:
             for hog in hogs:
                 hog.kill()
                 hog.wait()
     where = "in a session of their own" if args.apart else "in the job's session"
+    print(f"python -m sweeps {' '.join(job)}")
     print(f"{args.repeats} repeats, {args.hogs} busy loop(s) {where} beside the busy runs; median [min, max], s")
-    print(f"{'run':6s} {'wall':>22s} {'stalled on store':>22s} {'store waited':>22s} {'store CPU':>22s}")
+    print(f"{'run':6s} {'wall':>22s} {'stalled on helpers':>22s} {'helpers waited':>22s} {'helpers CPU':>22s} helpers")
     for name, rows in results.items():
         print(f"{name:6s} " + " ".join(f"{_spread([r[k] for r in rows]):>22s}"
-                                       for k in ("wall", "stalled", "store_waited", "store_cpu")))
+                                       for k in ("wall", "stalled", "helpers_waited", "helpers_cpu"))
+              + f" {'/'.join(str(r['helpers']) for r in rows)}")
 
 
 if __name__ == "__main__":
