@@ -17,17 +17,18 @@ from conftest import REPO, TEST_CONF, StartedCli, run_cli, runs
 from sweeps import names
 
 
-# 13 faults of seed 2311's plan (docs/benchmarks.md lists them): each one that once found a
+# 10 faults of seed 2311's plan (docs/benchmarks.md lists them): each one that once found a
 # product fault (8 and 21: a Ctrl-C storm as the sweep exits; 10: SIGINTs while the store is
-# created; 15: a SIGTERM inside torch.save; 20: resuming onto an immutable journal), every kind
-# injected (sigkill 1, mlflow_server 13, sigkill_job 16, disk_full 18: 5's disk does not fill),
-# and short tabular sweeps for the rest. 20 faults took 378 s and put CI over its 25 minutes:
-# the 7 left out were 4 MNIST sweeps and 3 tabular ones of kinds already here; scripts/chaos.py
+# created; 15: a SIGTERM inside torch.save; 20: resuming onto an immutable journal) and every kind
+# injected (sigkill 1, ro_journal live 2, mlflow_server 13, sigkill_job 16, disk_full 18). 20
+# faults took 378 s and 13 faults 600-770 s beside the offline MNIST preset, which put CI over
+# its 25 minutes: those left out are 4 MNIST sweeps and 6 tabular ones of kinds already here
+# (0, 5, 9 most recently: a SIGINT burst, a disk that did not fill, SIGTERMs); scripts/chaos.py
 # runs any number.
-FAULTS = ["0", "1", "2", "5", "8", "9", "10", "13", "15", "16", "18", "20", "21"]
+FAULTS = ["1", "2", "8", "10", "13", "15", "16", "18", "20", "21"]
 
 
-@pytest.mark.slow  # ~3-4 min on 2 cores: 12 real sweeps, each faulted, rerun and checked
+@pytest.mark.slow  # ~5-10 min on 2 cores: 10 real sweeps, each faulted, rerun and checked
 def test_chaos_run_finds_no_violation(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))}
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "chaos.py"), "--seed", "2311",
@@ -38,7 +39,7 @@ def test_chaos_run_finds_no_violation(tmp_path):
     injected = re.search(r"^faults injected: (\d+) \((.*)\)$", out, re.M)
     assert injected, out[-2000:]
     kinds = dict(part.rsplit(" ", 1) for part in injected.group(2).split(", "))
-    assert int(injected.group(1)) >= 8 and len(kinds) >= 6, out[-2000:]  # a few land after their sweep ended
+    assert int(injected.group(1)) >= 7 and len(kinds) >= 6, out[-2000:]  # a few land after their sweep ended
     assert int(re.search(r"^invariants checked: (\d+)$", out, re.M).group(1)) > len(FAULTS) * 20
 
 

@@ -226,6 +226,7 @@ def test_sigint_while_importing_stops_at_once(tmp_path):
         assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
 
 
+@pytest.mark.slow  # a whole `python -m sweeps` process for a CPython corner: ~9 s of the default run
 def test_sigint_raised_inside_execd_source_still_exits_130(tmp_path):
     """Ctrl-C landing while ``exec`` runs source text (dataclasses and namedtuple do, at import):
     CPython marks an exact KeyboardInterrupt leaving it as unhandled even though the job context

@@ -36,7 +36,8 @@ def test_diabetes_regression_full_batch_and_minibatch(tmp_path):
 @pytest.mark.slow
 def test_offline_mnist_preset(tmp_path, shared_data, monkeypatch):
     """The README's offline example: mlp and cnn10 at batch 64 and 256, 2 epochs on the CPU, on
-    8,000 real digits (~6 min); every job reaches 90% test accuracy."""
+    8,000 real digits (~6 min); every job reaches the preset's target (90% test accuracy), timed
+    within the job, and the report's reference table has the time-to-target column and figure."""
     proc = run_cli(["-m", "+experiment=offline_mnist",
                     f"dataset.root={shared_data / 'mnist-10k-imagefolder'}"], tmp_path, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -52,3 +53,13 @@ def test_offline_mnist_preset(tmp_path, shared_data, monkeypatch):
         assert job.data.params["dataset.channels"] == "None"  # auto-detected: grayscale → 1 channel
         if model == "mlp":
             assert job.data.metrics["model/params"] == 784 * 1000 + 1000 + 1000 * 1000 + 1000 + 1000 * 10 + 10
+        assert job.data.tags["sweeps.target"] == "reached"
+        assert job.data.metrics["time/to_target_s"] <= job.data.metrics["time/total_s"]
+    from sweeps.report.__main__ import main as report
+
+    monkeypatch.chdir(tmp_path)
+    assert report(["--experiment", "offline_mnist"]) == 0
+    folder = next((tmp_path / "reports").iterdir())
+    text = (folder / "report.md").read_text()
+    assert "| time to target [s] | epochs to target |" in text
+    assert (folder / "to_target.png").stat().st_size > 0 and "to_target.png" in text

@@ -145,6 +145,7 @@ def _cpu_s(pid: int, tid: int) -> float:
         return int(f.read().split()[0]) / 1e9
 
 
+@pytest.mark.slow  # a store process, probes and a 2,000-value batch at the lowest priority: ~6 s of the default run
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux: priorities and CPU time per thread")
 def test_the_store_process_answers_each_call_at_its_callers_priority(tmp_path, monkeypatch):
     """The run writer's background thread is lowered alone (nice 19 under SCHED_IDLE: any

@@ -102,31 +102,6 @@ def test_a_killed_and_resumed_job_times_its_target_like_an_uninterrupted_one(in_
     assert m["time/to_target_s"] > sum(epochs[2:first])  # more than the resumed part alone
 
 
-@pytest.mark.slow
-def test_offline_mnist_reaches_its_target_at_every_batch_and_the_report_shows_it(tmp_path, shared_data):
-    """The offline MNIST preset (real digits in ../shared/data) with its mlp at batch 32…256: every
-    job reaches the preset's target (test accuracy 0.90), and the report's reference table has the
-    time-to-target column and the steps-to-target figure."""
-    from conftest import cli_in_process
-    from sweeps.report.__main__ import main as report
-
-    proc = cli_in_process(["-m", "+experiment=offline_mnist", "model=mlp", "batch=32,64,128,256"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = [r for r in runs(tmp_path, "offline_mnist") if r.data.tags.get("sweeps.kind") != "sweep"]
-    assert len(jobs) == 4 and all(r.data.tags["sweeps.target"] == "reached" for r in jobs)
-    assert all(r.data.metrics["time/to_target_s"] <= r.data.metrics["time/total_s"] for r in jobs)
-    monkeypatch = pytest.MonkeyPatch()
-    try:
-        monkeypatch.chdir(tmp_path)
-        assert report(["--experiment", "offline_mnist"]) == 0
-    finally:
-        monkeypatch.undo()
-    folder = next((tmp_path / "reports").iterdir())
-    text = (folder / "report.md").read_text()
-    assert "| time to target [s] | epochs to target |" in text
-    assert (folder / "to_target.png").stat().st_size > 0 and "to_target.png" in text
-
-
 def test_compare_and_results_carry_the_time_to_target(tmp_path, capsys):
     """``--compare`` has time/epochs/steps-to-target rows; ``sweeps.results`` the columns and the
     reached/missed tag."""

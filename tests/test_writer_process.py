@@ -3,9 +3,12 @@ training process no store call, a writer process killed with SIGKILL mid-job los
 every epoch lands in MLflow exactly once."""
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import sqlite3
 import sys
+import threading
 import time
 
 import pytest
@@ -116,6 +119,55 @@ def test_a_stalled_writer_process_is_taken_over_and_each_epoch_lands_once(tmp_pa
     writer.end("FINISHED")
     for key in (names.TRAIN_LOSS, names.EPOCH_S):
         assert _steps(client, writer.run_id, key) == list(range(1, 201))
+
+
+@pytest.mark.slow  # a writer process's start, a slowed drain and a replay of ~20,000 values: ~20 s here
+def test_a_writer_process_that_creeps_is_taken_over_mid_drain_and_each_epoch_lands_once(tmp_path, handoff,
+                                                                                         monkeypatch, caplog):
+    """A writer process that keeps making progress, but slowly (here its store is locked 4/5 of the
+    time, so it sends a batch a second whatever this CPU's speed: as a process starved of CPU at
+    the lowest priority beside busy programs creeps), is killed mid-drain once its pace over
+    STALL_S is under SLOW_RATE; the job replays the rest, checking what the process had sent."""
+    monkeypatch.setattr(relay, "STALL_S", 3.0)
+    monkeypatch.setattr(relay, "SLOW_RATE", 1e9)  # any pace creeps: the store's lock makes it last on any CPU
+    client, writer = _run(tmp_path)
+    log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600)
+    epochs = 10_000  # 20,000 values: ~20 s for the slowed process, taken over after ~4 s
+    for epoch in range(1, 11):
+        log.append(_record(epoch))
+    deadline = time.monotonic() + 60
+    while len(_steps(client, writer.run_id)) < 10 and time.monotonic() < deadline:  # it has started and sends
+        time.sleep(0.2)
+    pid, stop = relay.running(), threading.Event()
+
+    def hold_the_store() -> None:  # until the take-over kills the process: then the job's replay needs it
+        db = sqlite3.connect(tmp_path / "mlflow.db", timeout=60, isolation_level=None)
+        try:
+            while not stop.is_set():
+                os.kill(pid, 0)  # ProcessLookupError once killed and reaped
+                db.execute("BEGIN IMMEDIATE")
+                stop.wait(0.8)
+                db.execute("COMMIT")
+                time.sleep(0.2)
+        except ProcessLookupError:
+            pass
+        finally:
+            db.close()
+    holder = threading.Thread(target=hold_the_store, daemon=True)
+    holder.start()
+    try:
+        for epoch in range(11, epochs + 1):
+            log.append(_record(epoch))
+        with caplog.at_level(logging.WARNING, logger="sweeps"):
+            log.close()
+    finally:
+        stop.set()
+        holder.join()
+    assert "values/s; the job sends the rest itself" in caplog.text  # taken over while it progressed
+    assert relay.running() is None  # killed: it can send nothing more
+    writer.end("FINISHED")
+    for key in (names.TRAIN_LOSS, names.EPOCH_S):
+        assert _steps(client, writer.run_id, key) == list(range(1, epochs + 1)), key  # each once
 
 
 def test_a_job_with_few_values_to_come_keeps_its_in_process_queue(tmp_path, handoff, monkeypatch):

@@ -51,6 +51,11 @@ HANDOFF_VALUES = 40_000
 # nothing, and sending moves off its GIL: worth it from ~0.5 s of values (1.22× vs 1.43× there)
 HANDOFF_VALUES_SPARE_CORE = 10_000
 STALL_S = 5.0  # s a drain waits for the writer process's next sign of progress before taking over
+# values/s below which a drain that has STALL_S or more still to go is taken over: about an eighth of
+# what the job itself sends to a local sqlite store at normal priority (~8,000 values/s: log_batch
+# of 1,000 values, 123 ms, 2-core VM). A writer process at the lowest priority beside busy programs
+# of the job's own session creeps on at a few hundred (docs/benchmarks.md, "A drain that creeps")
+SLOW_RATE = 1000.0
 # s after killing a stalled writer process before the job reads the run's history: a request a
 # tracking server had received whole is committed by then, so the replay does not send it again
 SETTLE_S = 1.0
@@ -101,17 +106,25 @@ def follow(run_id: str, tracking_uri: str, journal: Path, offset: int, after_epo
 def drain(run_id: str, until_epoch: int) -> Drained:
     """Have the writer process send run ``run_id``'s journal through epoch ``until_epoch`` and wait
     for its answer as long as it reports progress at least every :data:`STALL_S` seconds (values
-    sent). A writer process that stalls — starved of CPU at nice 19 by a loaded machine, still
-    importing, or retrying a store that is down — is killed, and the answer is not ``ok``: the
-    training process, idle now and at its own priority, replays the rest. Never raises."""
+    left to send) at :data:`SLOW_RATE` values/s or more, or has less than :data:`STALL_S` left at
+    its pace. A writer process that stalls or creeps — starved of CPU at the lowest priority by a
+    loaded machine, still importing, or retrying a store that is down — is killed, and the answer
+    is not ``ok``: the training process, idle now and at its own priority, replays the rest. Never
+    raises."""
     with _lock:
         proc = _proc
         if proc is None or proc.poll() is not None:
             return Drained(ok=False)
         try:
             _write(proc, {"op": "drain", "run": run_id, "until": until_epoch})
-            answer = _read_line(proc, STALL_S)
+            answer, pace = _read_line(proc, STALL_S), []
             while answer is not None and "progress" in answer:
+                pace.append((time.monotonic(), int(answer["progress"])))
+                if _creeps(pace):
+                    log.warning("MLflow writer process: %d value(s) left at under %.0f values/s; the job sends "
+                                "the rest itself", pace[-1][1], SLOW_RATE)
+                    answer = None
+                    break
                 answer = _read_line(proc, STALL_S)
         except (OSError, ValueError):
             answer = None
@@ -121,6 +134,19 @@ def drain(run_id: str, until_epoch: int) -> Drained:
                 time.sleep(SETTLE_S)
             return Drained(ok=False)
         return Drained(int(answer.get("sent", 0)), int(answer.get("lost", 0)))
+
+
+def _creeps(pace: list[tuple[float, int]]) -> bool:
+    """Whether a drain whose progress lines so far were ``pace`` ((monotonic s, values left), oldest
+    first) went slower than :data:`SLOW_RATE` over the last :data:`STALL_S` s or more and still has
+    more than :data:`STALL_S` s to go at that rate."""
+    now, left = pace[-1]
+    before = [p for p in pace if now - p[0] >= STALL_S]
+    if not before:
+        return False
+    then, left_then = before[-1]
+    rate = (left_then - left) / (now - then)
+    return rate < SLOW_RATE and left > rate * STALL_S
 
 
 def running() -> int | None:
