@@ -121,7 +121,7 @@ def test_a_stalled_writer_process_is_taken_over_and_each_epoch_lands_once(tmp_pa
         assert _steps(client, writer.run_id, key) == list(range(1, 201))
 
 
-@pytest.mark.slow  # a writer process's start, a slowed drain and a replay of ~20,000 values: ~20 s here
+@pytest.mark.slow  # a writer process's start, a slowed drain and a replay of ~20,000 values: 16 s here, 51 s in CI
 def test_a_writer_process_that_creeps_is_taken_over_mid_drain_and_each_epoch_lands_once(tmp_path, handoff,
                                                                                          monkeypatch, caplog):
     """A writer process that keeps making progress, but slowly (here its store is locked 4/5 of the
@@ -132,7 +132,7 @@ def test_a_writer_process_that_creeps_is_taken_over_mid_drain_and_each_epoch_lan
     monkeypatch.setattr(relay, "SLOW_RATE", 1e9)  # any pace creeps: the store's lock makes it last on any CPU
     client, writer = _run(tmp_path)
     log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600)
-    epochs = 10_000  # 20,000 values: ~20 s for the slowed process, taken over after ~4 s
+    epochs = 10_000  # 20,000 values: ~15 s for the slowed process, taken over after ~4 s
     for epoch in range(1, 11):
         log.append(_record(epoch))
     deadline = time.monotonic() + 60
@@ -163,11 +163,31 @@ def test_a_writer_process_that_creeps_is_taken_over_mid_drain_and_each_epoch_lan
     finally:
         stop.set()
         holder.join()
-    assert "values/s; the job sends the rest itself" in caplog.text  # taken over while it progressed
+    # taken over while it progressed; where the other test worker keeps both cores busy the process,
+    # under SCHED_IDLE, may give no sign at all for STALL_S and is taken over as stalled instead
+    assert ("values/s; the job sends the rest itself" in caplog.text
+            or "no progress in 3 s; the job sends the rest itself" in caplog.text), caplog.text
     assert relay.running() is None  # killed: it can send nothing more
     writer.end("FINISHED")
     for key in (names.TRAIN_LOSS, names.EPOCH_S):
         assert _steps(client, writer.run_id, key) == list(range(1, epochs + 1)), key  # each once
+
+
+def test_a_drain_is_taken_over_when_its_pace_would_keep_the_job_waiting(monkeypatch):
+    """The creep rule on the progress lines' (monotonic s, values left): slower than SLOW_RATE over
+    the last STALL_S with more than STALL_S to go at that pace; a quick drain, or a slow one that is
+    nearly done, is waited for."""
+    monkeypatch.setattr(relay, "STALL_S", 5.0)
+    monkeypatch.setattr(relay, "SLOW_RATE", 1000.0)
+    creeping = [(t, 40_000 - 300 * t) for t in range(0, 7)]  # 300 values/s, ~130 s to go
+    assert not relay._creeps(creeping[:5])  # under STALL_S of history: not judged yet
+    assert relay._creeps(creeping[:6]) and relay._creeps(creeping)
+    quick = [(t, 40_000 - 5_000 * t) for t in range(0, 7)]  # 5,000 values/s
+    assert not relay._creeps(quick)
+    almost_done = [(t, 2_000 - 300 * t) for t in range(0, 6)]  # 300 values/s, 500 left: < 2 s to go
+    assert not relay._creeps(almost_done)
+    fitful = [(0.0, 9_000), (5.5, 8_000), (6.5, 7_000)]  # two batches of 1,000 in 6.5 s: ~300 values/s
+    assert relay._creeps(fitful)
 
 
 def test_a_job_with_few_values_to_come_keeps_its_in_process_queue(tmp_path, handoff, monkeypatch):

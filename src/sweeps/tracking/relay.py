@@ -53,8 +53,10 @@ HANDOFF_VALUES_SPARE_CORE = 10_000
 STALL_S = 5.0  # s a drain waits for the writer process's next sign of progress before taking over
 # values/s below which a drain that has STALL_S or more still to go is taken over: about an eighth of
 # what the job itself sends to a local sqlite store at normal priority (~8,000 values/s: log_batch
-# of 1,000 values, 123 ms, 2-core VM). A writer process at the lowest priority beside busy programs
-# of the job's own session creeps on at a few hundred (docs/benchmarks.md, "A drain that creeps")
+# of 1,000 values, 123 ms, 2-core VM). One at the lowest priority that gets only the odd slice of a
+# core beside busy programs sends a batch now and then, far slower than the idle job would (against
+# a store that slow itself the take-over costs a history read, and loses nothing; docs/benchmarks.md,
+# "A drain that creeps")
 SLOW_RATE = 1000.0
 # s after killing a stalled writer process before the job reads the run's history: a request a
 # tracking server had received whole is committed by then, so the replay does not send it again
