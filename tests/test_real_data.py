@@ -9,6 +9,7 @@ import math
 import pytest
 
 from conftest import cli_in_process, run_cli, runs, store
+from sweeps import names
 
 
 def _jobs(cwd, experiment="sweeps"):
@@ -53,8 +54,8 @@ def test_offline_mnist_preset(tmp_path, shared_data, monkeypatch):
         assert job.data.params["dataset.channels"] == "None"  # auto-detected: grayscale → 1 channel
         if model == "mlp":
             assert job.data.metrics["model/params"] == 784 * 1000 + 1000 + 1000 * 1000 + 1000 + 1000 * 10 + 10
-        assert job.data.tags["sweeps.target"] == "reached"
-        assert job.data.metrics["time/to_target_s"] <= job.data.metrics["time/total_s"]
+        assert job.data.tags[names.TARGET_TAG] == "reached"
+        assert job.data.metrics[names.TO_TARGET_S] <= job.data.metrics[names.TOTAL_S]
     from sweeps.report.__main__ import main as report
 
     monkeypatch.chdir(tmp_path)
