@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """A job's end on a busy machine: how long the job waits for its own helper processes (the store
 process, and the writer process a long job hands its journal to) while other programs keep every
-core busy. The store process answers the run writer's background batches on a thread at the
-lowest CPU priority (``sweeps.tracking.priority``: nice 19, ``SCHED_IDLE``) and every call the
+core busy. The store process answers the run writer's background batches in a background process
+at the lowest CPU priority (killed and its batch answered at normal priority once the job waits
+for it, since 2026-11-26) (``sweeps.tracking.priority``: nice 19, ``SCHED_IDLE``) and every call the
 job waits for at normal priority (``sweeps.tracking.store_process``); the writer process runs at
 the lowest priority as a whole. Before 2026-11-26 both ran so in a session of their own whose
 autogroup was at nice 19 too; now in the job's session. Prints figures with their spread (median
@@ -71,16 +72,18 @@ def _read(pid: int | None, threads: str = "[0-9]*") -> tuple[str, float, float] 
 
 
 def _helper_pids(parent: int) -> list[int]:
-    """The store process and the writer process started by process ``parent`` (those running now)."""
+    """The store process and the writer process started by process ``parent``, and the store
+    process's background process (those running now)."""
     found = []
     for path in glob.glob("/proc/[0-9]*/cmdline"):
         try:
             if any(name in open(path, "rb").read() for name in HELPERS):
-                if int(open(path.replace("cmdline", "stat")).read().rsplit(")", 1)[1].split()[1]) == parent:
-                    found.append(int(path.split("/")[2]))
+                ppid = int(open(path.replace("cmdline", "stat")).read().rsplit(")", 1)[1].split()[1])
+                found.append((int(path.split("/")[2]), ppid))
         except (OSError, ValueError, IndexError):
             continue
-    return found
+    mine = [pid for pid, ppid in found if ppid == parent]
+    return mine + [pid for pid, ppid in found if ppid in mine]
 
 
 def one_job(job: list[str]) -> dict[str, float]:

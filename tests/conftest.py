@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections import Counter
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -206,8 +207,32 @@ class StartedCli:
             self.proc.wait()
 
 
+# The slow step's modules in order of their slow tests' total time, longest first (CI's
+# durations: docs/benchmarks.md, "The test suite's own time"): the two xdist workers take them in
+# this order, so the longest work starts first and both end together (longest-processing-time-first
+# scheduling); xdist's own order (most tests first) started the ~10-min MNIST sweep last.
+SLOW_LONGEST_FIRST = ("test_real_data", "test_chaos", "test_tracking_server", "test_slurm", "test_nothing_lost",
+                      "test_ddp", "test_writer_process", "test_launchers", "test_mlflow_ui", "test_wheel")
+
+
+def _slow_step(config) -> bool:
+    return config.getoption("markexpr", "") == "slow"
+
+
+def pytest_configure(config):
+    if _slow_step(config) and hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # keep the order pytest_collection_modifyitems gives
+
+
 def pytest_collection_modifyitems(config, items):
-    """``@pytest.mark.gpu`` tests skip, one line each, where no CUDA device is visible."""
+    """The slow step's modules longest first (:data:`SLOW_LONGEST_FIRST`; the rest by their count
+    of slow tests, as xdist would); ``@pytest.mark.gpu`` tests skip, one line each, where no CUDA
+    device is visible."""
+    if _slow_step(config):
+        module = lambda item: item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")  # noqa: E731
+        slow = Counter(module(item) for item in items if item.get_closest_marker("slow") is not None)
+        rank = {name: i for i, name in enumerate(SLOW_LONGEST_FIRST)}
+        items.sort(key=lambda item: (rank.get(module(item), len(rank)), -slow[module(item)], module(item)))
     gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_tests:
         return

@@ -1,9 +1,10 @@
-"""The store's process (``python -m sweeps.tracking.store_process REQUESTS ANSWERS PARENT``): imports
-MLflow, opens the store the job names and answers the job's store calls.
+"""The store's process (``python -m sweeps.tracking.store_process REQUESTS ANSWERS PARENT HURRY``):
+imports MLflow, opens the store the job names and answers the job's store calls.
 
 Started by :mod:`sweeps.tracking.store_service` (see there for the why). REQUESTS and ANSWERS are
 pipe file descriptors carrying pickles (:class:`multiprocessing.connection.Connection` framing),
-PARENT the job's process id.
+PARENT the job's process id, HURRY a pipe the job writes a byte to when a call it waits for is
+held up behind a background one.
 Its first request is ``("open", tracking URI, experiment)``, its first answer ``("ready",
 experiment id)`` once the store is open, or ``("usage", one line)`` where it cannot be (then it
 exits); then, for each request — a priority byte (:data:`~sweeps.tracking.store_service.LOW` or
@@ -11,8 +12,17 @@ exits); then, for each request — a priority byte (:data:`~sweeps.tracking.stor
 (:func:`~sweeps.tracking.store_service.execute`) — ``("ok", result)`` with MLflow entities
 mirrored (:func:`~sweeps.tracking.entities.mirror`) or ``("error", type name, text)``. The main
 thread, at normal priority, reads each request and answers the ``NORMAL`` ones (calls the job
-waits for); it hands the ``LOW`` ones (the run writer's background batches) to a thread lowered
-alone (:func:`~sweeps.tracking.priority.lowest`), unpickled and run there. It ignores SIGINT and
+waits for); it hands the ``LOW`` ones (the run writer's background batches) to a background
+process (:class:`Background`: this module with ``--background`` in place of HURRY, wholly at the
+lowest priority, :func:`~sweeps.tracking.priority.lowest`, with a client of its own; started at
+the first ``LOW`` call, which it answers itself until that process's store is open). A process,
+not a thread, because a background call can then be ended at any point: on a machine whose cores
+other programs keep busy the lowest priority gets next to no CPU, and a batch it has begun holds
+sqlite's write lock (or the pipe the job shares) until it ends, so the job's next call would wait
+for it — 55 s at a 10,000-epoch job's end beside two busy loops (docs/benchmarks.md, "A drain
+that creeps"). When the job says HURRY, the background process is killed (the store rolls its
+transaction back) and the main thread answers the call itself at normal priority, as it does
+every background call for :data:`HURRIED_S` after. It ignores SIGINT and
 SIGTERM (the job closes its run through it after a signal) and SIGTTOU (in a background process
 group of the terminal's session, a warning it writes must not stop it), and exits when the
 requests pipe closes or its parent process is gone (forked data loader workers may hold the pipe
@@ -24,15 +34,17 @@ import faulthandler
 import logging
 import os
 import pickle
-import queue
 import signal
+import subprocess
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 PARENT_POLL_S = 1.0  # s between checks that the job's process is still there
+HURRIED_S = 5.0  # s after the job's HURRY during which background calls are answered at normal priority
+_helpers: dict[str, "Background"] = {}  # this process's background process, ended with it
 
 
 def main() -> None:
@@ -40,7 +52,12 @@ def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGTTOU", None)):
         if sig is not None:
             signal.signal(sig, signal.SIG_IGN)
-    requests_fd, answers_fd, parent = sys.argv[1:4]
+    requests_fd, answers_fd, parent, hurry = sys.argv[1:5]
+    background = hurry == "--background"
+    if background:  # before the imports: they too take only cores nothing else wants
+        from sweeps.tracking import priority
+
+        priority.lowest()
     inbox, outbox = Connection(int(requests_fd), writable=False), Connection(int(answers_fd), readable=False)
     threading.Thread(target=_watch_parent, args=(int(parent),), name="sweeps-store-parent", daemon=True).start()
     logging.basicConfig(level=logging.WARNING, format="[sweeps store process] %(levelname)s %(message)s")
@@ -65,15 +82,18 @@ def main() -> None:
         _send(outbox, ("usage", f"cannot open the MLflow store {uri} ({describe(e)})"))
         _exit()
     _send(outbox, ("ready", experiment_id))
-    background = Background(client)
+    helper = None if background else _helpers.setdefault("background", Background(client, uri, experiment, int(hurry)))
     while True:
         try:
             request = inbox.recv_bytes()
         except (EOFError, OSError):  # the job's process is done with the store: every call was answered,
             _exit()                  # so nothing is pending
-        answer = background.answer(request) if request[:1] == LOW else answer_to(client, request)
+        answer = helper.answer(request) if helper and request[:1] == LOW else answer_to(client, request)
         try:
-            outbox.send(answer)
+            if isinstance(answer, bytes):  # the background process's answer, pickled already
+                outbox.send_bytes(answer)
+            else:
+                outbox.send(answer)
         except OSError:  # the job gave the pipe up (interrupted while waiting) or is gone
             _exit()
         except Exception as e:  # noqa: BLE001 (a result that does not pickle still gets an answer)
@@ -96,29 +116,104 @@ def answer_to(client: Any, request: bytes) -> tuple:
 
 
 class Background:
-    """A thread of this process at the lowest priority, lowered alone, that answers the job's
-    background calls (the run writer's batches while the job trains): they take cores the
-    training leaves idle, while the main thread answers at normal priority what the job waits for
-    (module docstring). Calls come one at a time (the job holds a lock over each exchange), so the
-    main thread hands one over and waits for its answer."""
+    """The background process (module docstring) that answers the job's background calls, started
+    at the first of them; until its store is open (its imports take ~2 s at the lowest priority)
+    this thread answers them, so a job never waits for that start. Killed when the job says HURRY
+    (a byte on ``hurry``, a non-blocking pipe), the call it held then answered here, at normal
+    priority. Calls come one at a time (the job holds a lock over each exchange)."""
 
-    def __init__(self, client: Any):
-        self._client = client
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._answers: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="sweeps-store-background", daemon=True).start()
+    def __init__(self, client: Any, uri: str, experiment: str, hurry: int):
+        self._client, self._open = client, ("open", uri, experiment)
+        self._hurry = hurry
+        os.set_blocking(hurry, False)
+        self._proc: subprocess.Popen | None = None
+        self._conns: tuple[Connection, Connection] | None = None
+        self._ready = False
+        self._refused = False  # it could not open the store: background calls stay on this thread
+        self._hurried_until = 0.0
 
-    def answer(self, request: bytes) -> tuple:
-        """:func:`answer_to` ``request``, run on the lowered thread."""
-        self._requests.put(request)
-        return self._answers.get()
+    def answer(self, request: bytes) -> tuple | bytes:
+        """The answer to ``request`` (:func:`answer_to`): the background process's, pickled, or
+        this thread's where the job is in a hurry or was lately, or the process is not ready."""
+        if self._hurried() or time.monotonic() < self._hurried_until or not self._started():
+            return answer_to(self._client, request)
+        out, into = self._conns
+        try:
+            out.send_bytes(request)
+            while True:
+                if into in wait([into, self._hurry]):
+                    return into.recv_bytes()
+                if self._hurried():
+                    break
+        except (EOFError, OSError):  # it died (killed, out of memory): this thread answers
+            pass
+        self.stop()
+        return answer_to(self._client, request)
 
-    def _serve(self) -> None:
-        from sweeps.tracking import priority
+    def _hurried(self) -> bool:
+        """Whether the job said HURRY since last asked (reads every byte waiting)."""
+        said = False
+        try:
+            while os.read(self._hurry, 64):
+                said = True
+        except OSError:  # BlockingIOError: nothing more; another: the job closed its end
+            pass
+        if said:
+            self._hurried_until = time.monotonic() + HURRIED_S
+        return said
 
-        priority.lowest(threading.get_native_id())
-        while True:
-            self._answers.put(answer_to(self._client, self._requests.get()))
+    def _started(self) -> bool:
+        """Whether the background process is there with its store open; starts it where there is
+        none (never waits)."""
+        if self._refused:
+            return False
+        if self._conns is None:
+            requests_r, requests_w = os.pipe()
+            answers_r, answers_w = os.pipe()
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "sweeps.tracking.store_process", str(requests_r), str(answers_w),
+                     str(os.getpid()), "--background"], pass_fds=(requests_r, answers_w))
+            except OSError:  # no fork (memory): this thread answers
+                self._refused = True
+                return False
+            finally:
+                os.close(requests_r)
+                os.close(answers_w)
+            self._conns = (Connection(requests_w, readable=False), Connection(answers_r, writable=False))
+            self._ready = False
+            try:
+                self._conns[0].send(self._open)
+            except OSError:
+                self.stop()
+            return False
+        if not self._ready:
+            try:
+                if not self._conns[1].poll():
+                    return False
+                self._ready = self._conns[1].recv()[0] == "ready"
+            except (EOFError, OSError):
+                pass
+            if not self._ready:  # it could not open the store this process holds open: not again
+                self._refused = True
+                self.stop()
+        return self._ready
+
+    def kill(self) -> None:
+        """Kill the background process, if any, without waiting (this process is exiting)."""
+        if self._proc is not None:
+            self._proc.kill()
+
+    def stop(self) -> None:
+        """Kill the background process and wait for it to be gone (its store transaction then
+        rolled back, its locks released); the next background call starts another."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+        for conn in self._conns or ():
+            conn.close()
+        self._proc = self._conns = None
+        self._ready = False
 
 
 def _send(outbox: Connection, answer: tuple) -> None:
@@ -142,6 +237,8 @@ def _exit() -> None:
     process would wait on: every call made was answered and committed, nothing is pending."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    for helper in _helpers.values():  # idle (every call was answered) or still importing: nothing to keep
+        helper.kill()
     os._exit(0)
 
 

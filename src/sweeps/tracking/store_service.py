@@ -51,6 +51,7 @@ from sweeps.tracking import priority
 log = logging.getLogger("sweeps")
 # a request's first byte, then its pickle: which thread of the store process answers it
 LOW, NORMAL = b"L", b"N"
+HURRY_AFTER_S = 0.2  # s a call the job waits for waits for the pipe before the store process is told to hurry
 _services: dict[str, "StoreService"] = {}  # tracking URI → its store process (one per URI per process)
 _spare: list["StoreService"] = []  # started by prestart(), not yet told which store to open
 _errors: dict[str, type] = {}
@@ -90,15 +91,17 @@ class StoreService:
         self._ready: tuple | None = None  # the process's first answer: ("ready", experiment id) or ("usage", text)
         requests_r, self._requests = os.pipe()
         self._answers, answers_w = os.pipe()
+        hurry_r, self._hurry = os.pipe()  # a byte: a call this process waits for is held up (store_process)
+        os.set_blocking(self._hurry, False)
         env = dict(os.environ)  # the folder holding this package goes first on its path: the same code as here
         here = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
         # a Ctrl-C in the terminal stops the job, which then closes its run through it
         self.proc = subprocess.Popen([sys.executable, "-m", "sweeps.tracking.store_process", str(requests_r),
-                                      str(answers_w), str(os.getpid())], pass_fds=(requests_r, answers_w),
-                                     env=env, **priority.own_group())
-        os.close(requests_r)
-        os.close(answers_w)
+                                      str(answers_w), str(os.getpid()), str(hurry_r)],
+                                     pass_fds=(requests_r, answers_w, hurry_r), env=env, **priority.own_group())
+        for fd in (requests_r, answers_w, hurry_r):
+            os.close(fd)
         self._out, self._in = Connection(self._requests, readable=False), Connection(self._answers, writable=False)
 
     def open(self, uri: str, experiment: str) -> None:
@@ -137,9 +140,13 @@ class StoreService:
             pickle.PicklingError, TypeError, AttributeError: an argument that does not pickle
                 (nothing was sent; the process stays in use).
         """
-        request = (LOW if priority.lowered() else NORMAL) + pickle.dumps((kind, name, args, kwargs),
-                                                                         pickle.HIGHEST_PROTOCOL)
-        with self._lock:
+        low = priority.lowered()
+        request = (LOW if low else NORMAL) + pickle.dumps((kind, name, args, kwargs), pickle.HIGHEST_PROTOCOL)
+        if not self._lock.acquire(timeout=HURRY_AFTER_S):
+            if not low:  # most likely a background batch the store process answers at the lowest priority
+                self._say_hurry()
+            self._lock.acquire()
+        try:
             if self._local is None:
                 answer = self._exchange(request)
                 if answer is not None:
@@ -149,6 +156,17 @@ class StoreService:
             # what the store process would have run: light entities become MLflow's (sweeps.tracking.entities)
             args, kwargs = pickle.loads(pickle.dumps((args, kwargs)))
             return execute(self._local, kind, name, args, kwargs)
+        finally:
+            self._lock.release()
+
+    def _say_hurry(self) -> None:
+        """Tell the store process that a call this process waits for is held up: it ends the
+        background call under way and answers it, and those of the next few seconds, at normal
+        priority (:mod:`sweeps.tracking.store_process`)."""
+        try:
+            os.write(self._hurry, b"!")
+        except OSError:  # the pipe is full (said already) or closed (the process is gone)
+            pass
 
     def _exchange(self, request: bytes | None) -> tuple | None:
         """Send ``request`` (its priority's byte, then its pickle; None: nothing) and read the
@@ -185,6 +203,9 @@ class StoreService:
                 conn.close()
             except OSError:
                 pass
+        if self._hurry >= 0:
+            os.close(self._hurry)
+            self._hurry = -1
         if not self.uri:
             self.proc.kill()
         elif not wait:
@@ -228,6 +249,12 @@ class RemoteClient:
         if name.startswith("_"):
             raise AttributeError(name)
         return lambda *args, **kwargs: self._service.call("client", name, args, kwargs)
+
+    def hurry(self) -> None:
+        """Tell the store process that this process waits for the background call under way (see
+        :meth:`StoreService._say_hurry`); calls this process's threads make themselves say so
+        after :data:`HURRY_AFTER_S`."""
+        self._service._say_hurry()
 
     def run(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         """``fn(client, *args, **kwargs)`` in the store's process: a module-level sweeps function

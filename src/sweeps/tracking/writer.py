@@ -27,6 +27,7 @@ from sweeps.tracking import entities, priority
 from sweeps.tracking.cadence import Cadence
 from sweeps.tracking.series import in_series
 from sweeps.tracking.store import quiet_sqlite
+from sweeps.tracking.store_service import HURRY_AFTER_S
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -59,6 +60,7 @@ class RunWriter:
         self._lock = threading.Lock()  # one sender at a time: the thread, or a flush
         self._wake = threading.Event()
         self._closed = False
+        self._yield = False  # a caller waits for the beat's send: it stops after the batch under way
         self.lost = 0  # metric values that could not be sent after every retry
         self.cadence = Cadence(floor_s=FLUSH_S)  # the background beat: backs off as sends slow down
         self._summary: dict[str, float] = {}  # a reopened run's values so far: not logged again at step 0
@@ -101,14 +103,27 @@ class RunWriter:
     def flush(self, most: int | None = None) -> None:
         """Send everything queued now (the caller waits), or at most ``most`` values: the background
         beat sends what was queued when it woke, so values that keep arriving while a slow server
-        answers never hold it in one endless flush. Never raises."""
-        with self._lock:
+        answers never hold it in one endless flush. A caller that waits for the beat's batch past
+        :data:`~sweeps.tracking.store_service.HURRY_AFTER_S` (on a machine whose cores other
+        programs keep busy, the lowest priority gets next to no CPU) has the beat stop after it
+        and the store process hurry it (:meth:`~sweeps.tracking.store_service.RemoteClient.hurry`),
+        then sends the rest at its own priority. Never raises."""
+        if most is not None:
+            self._lock.acquire()
+        elif not self._lock.acquire(timeout=HURRY_AFTER_S):
+            self._yield = True  # the beat stops between batches
+            getattr(self.client, "hurry", lambda: None)()
+            self._lock.acquire()
+            self._yield = False
+        try:
             left = len(self._queue) if most is None else most
-            while self._queue and (most is None or left > 0):
+            while self._queue and (most is None or (left > 0 and not self._yield and not self._closed)):
                 chunk = self._queue[:BATCH if most is None else min(BATCH, left)]
                 del self._queue[:len(chunk)]  # appends made meanwhile stay queued
                 left -= len(chunk)
                 self._send(chunk)
+        finally:
+            self._lock.release()
 
     def replay(self, records: list[dict]) -> int:
         """Send the journal's ``records`` (per-epoch dicts, ``epoch`` = step) that never reached the
@@ -167,12 +182,13 @@ class RunWriter:
             self.client.log_artifact(self.run_id, str(path))
 
     def close(self) -> None:
-        """Stop the background thread after a last flush (idempotent)."""
+        """Stop the background thread and send what is left at the caller's priority (see
+        :meth:`flush`). Idempotent."""
         if not self._closed:
             self._closed = True
             self._wake.set()
-            self._thread.join(timeout=60)
         self.flush()
+        self._thread.join(timeout=60)
 
     def end(self, status: str) -> None:
         """Send what is queued, then close the run: ``FINISHED``, ``FAILED`` or ``KILLED``."""
