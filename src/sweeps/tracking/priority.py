@@ -1,5 +1,5 @@
 """The lowest CPU priority for sweeps' own background work (the writer process, the run writer's
-sending thread, the store process's thread that answers that thread), so it takes cores the
+sending thread, the store process's background process that answers that thread), so it takes cores the
 training leaves idle.
 
 ``nice 19`` alone is not enough where the kernel groups processes by session (Linux's autogroup,

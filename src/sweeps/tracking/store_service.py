@@ -11,11 +11,13 @@ artifacts, resume, the summary — is a :class:`RemoteClient` method call pickle
 pipe and answered there by an :class:`mlflow.MlflowClient` (Weights & Biases' service process is
 the model). MLflow's ingestion (~85 µs a value here) then runs off the training process's GIL.
 Each call is answered at its caller's priority: the run writer's background batches (its
-sending thread is lowered, :func:`sweeps.tracking.priority.lowered`) on a thread of the store
-process lowered alone, at the lowest priority, so they take cores the training leaves idle;
+sending thread is lowered, :func:`sweeps.tracking.priority.lowered`) in the store process's
+background process, at the lowest priority, so they take cores the training leaves idle;
 every call a job's thread waits for — run creation, params, artifacts, the last flush, the
 summary — on its main thread at normal priority, so a busy machine does not make the job's end
-wait for everyone (docs/benchmarks.md, "A job's end on a busy machine"). The process stays in the
+wait for everyone (docs/benchmarks.md, "A job's end on a busy machine"). A call the job waits for
+that finds a background batch under way says HURRY (:meth:`StoreService._say_hurry`): that batch
+is then ended and answered at normal priority too ("A background batch the job waits for"). The process stays in the
 job's session (Linux's autogroup: it shares the job's group) in a process group of its own (a
 Ctrl-C in the terminal does not reach it).
 
