@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections import Counter
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -207,34 +206,8 @@ class StartedCli:
             self.proc.wait()
 
 
-# The order in which the slow step's two xdist workers take its modules (CI's durations:
-# docs/benchmarks.md, "The test suite's own time"). Its two longest tests, the README's offline
-# MNIST sweep and the chaos run, are both CPU-bound: side by side they took 980 s and 694 s (each
-# on half the CPU), apart 619 s and 545 s. So the MNIST sweep starts first beside modules that
-# mostly wait (a tracking server's, Slurm's), and the chaos run starts on that worker after them,
-# while the MNIST worker goes on with the rest; xdist's own order (most tests first) left both to chance.
-SLOW_ORDER = ("test_real_data", "test_tracking_server", "test_nothing_lost", "test_slurm", "test_chaos",
-              "test_ddp", "test_writer_process", "test_launchers", "test_mlflow_ui", "test_wheel")
-
-
-def _slow_step(config) -> bool:
-    return config.getoption("markexpr", "") == "slow"
-
-
-def pytest_configure(config):
-    if _slow_step(config) and hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False  # keep the order pytest_collection_modifyitems gives
-
-
 def pytest_collection_modifyitems(config, items):
-    """The slow step's modules in :data:`SLOW_ORDER` (the rest after them, most slow tests first,
-    as xdist would); ``@pytest.mark.gpu`` tests skip, one line each, where no CUDA
-    device is visible."""
-    if _slow_step(config):
-        module = lambda item: item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")  # noqa: E731
-        slow = Counter(module(item) for item in items if item.get_closest_marker("slow") is not None)
-        rank = {name: i for i, name in enumerate(SLOW_ORDER)}
-        items.sort(key=lambda item: (rank.get(module(item), len(rank)), -slow[module(item)], module(item)))
+    """``@pytest.mark.gpu`` tests skip, one line each, where no CUDA device is visible."""
     gpu_tests = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_tests:
         return
