@@ -44,7 +44,7 @@ from typing import Any
 
 PARENT_POLL_S = 1.0  # s between checks that the job's process is still there
 HURRIED_S = 5.0  # s after the job's HURRY during which background calls are answered at normal priority
-_helpers: dict[str, "Background"] = {}  # this process's background process, ended with it
+_helpers: list["Background"] = []  # this process's background process (none in a background process), ended with it
 
 
 def main() -> None:
@@ -82,7 +82,9 @@ def main() -> None:
         _send(outbox, ("usage", f"cannot open the MLflow store {uri} ({describe(e)})"))
         _exit()
     _send(outbox, ("ready", experiment_id))
-    helper = None if background else _helpers.setdefault("background", Background(client, uri, experiment, int(hurry)))
+    if not background:
+        _helpers.append(Background(client, uri, experiment, int(hurry)))
+    helper = _helpers[0] if _helpers else None
     while True:
         try:
             request = inbox.recv_bytes()
@@ -237,7 +239,7 @@ def _exit() -> None:
     process would wait on: every call made was answered and committed, nothing is pending."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    for helper in _helpers.values():  # idle (every call was answered) or still importing: nothing to keep
+    for helper in _helpers:  # idle (every call was answered) or still importing: nothing to keep
         helper.kill()
     os._exit(0)
 
