@@ -66,7 +66,7 @@ def test_unknown_model_fails_at_composition_with_the_options(tmp_path):
     assert proc.returncode == 2
     line = _one_error_line(proc)
     assert line == ("sweeps: error: In 'config': Could not find 'model/resnet5'; Available options in 'model': "
-                    "cnn10, mlp, mlp_tabular, resnet50, wrn28_10")
+                    "cnn10, cnn10_narrow, mlp, mlp_tabular, resnet50, wrn28_10")
     assert not (tmp_path / "mlruns").exists()  # nothing started
 
 

@@ -208,7 +208,7 @@ def test_defaults_are_study_1_reference_run():
 
 def test_presets_declare_their_sweep():
     cfg = _compose(["+experiment=offline_mnist"], return_hydra_config=True)
-    assert dict(cfg.hydra.sweeper.params) == {"model": "mlp,cnn10", "batch": "64,256"}
+    assert dict(cfg.hydra.sweeper.params) == {"model": "mlp,cnn10_narrow", "batch": "64,256"}
     assert cfg.dataset._target_.endswith("imagefolder") and cfg.dataset.root.endswith("mnist-10k-imagefolder")
 
 

@@ -97,6 +97,7 @@ def test_cnn10_parameter_count():
 # are checked by the parameter counts above), mlp MNIST-sized ones, mlp_tabular the diabetes rows.
 CASES = {
     "cnn10": (["dataset=synthetic", "dataset.shape=[3,16,16]"], [], 0.05),
+    "cnn10_narrow": (["dataset=synthetic", "dataset.shape=[1,28,28]"], [], 0.05),
     "wrn28_10": (["dataset=synthetic", "dataset.shape=[3,16,16]"], ["model.depth=10", "model.width=1"], 0.05),
     "resnet50": (["dataset=synthetic", "dataset.shape=[3,32,32]"], [], 0.01),
     "mlp": (["dataset=synthetic", "dataset.shape=[1,28,28]"], [], 0.05),

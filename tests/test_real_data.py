@@ -36,8 +36,8 @@ def test_diabetes_regression_full_batch_and_minibatch(tmp_path):
 
 @pytest.mark.slow
 def test_offline_mnist_preset(tmp_path, shared_data, monkeypatch):
-    """The README's offline example: mlp and cnn10 at batch 64 and 256, 2 epochs on the CPU, on
-    8,000 real digits (~6 min); every job reaches the preset's target (90% test accuracy), timed
+    """The README's offline example: mlp and cnn10_narrow at batch 64 and 256, 2 epochs on the CPU,
+    on 8,000 real digits (~1.5 min); every job reaches the preset's target (90% test accuracy), timed
     within the job, and the report's reference table has the time-to-target column and figure."""
     proc = run_cli(["-m", "+experiment=offline_mnist",
                     f"dataset.root={shared_data / 'mnist-10k-imagefolder'}"], tmp_path, timeout=1800)
@@ -48,7 +48,7 @@ def test_offline_mnist_preset(tmp_path, shared_data, monkeypatch):
     for name, run in _jobs(tmp_path, "offline_mnist").items():
         swept = dict(parse_overrides(name))
         jobs[swept["model"], swept["batch"]] = run
-    assert set(jobs) == {(m, b) for m in ("mlp", "cnn10") for b in ("64", "256")}, set(jobs)
+    assert set(jobs) == {(m, b) for m in ("mlp", "cnn10_narrow") for b in ("64", "256")}, set(jobs)
     for (model, _), job in jobs.items():
         assert job.data.tags["outcome"] == "ok" and job.data.metrics["test/final_acc"] >= 0.90
         assert job.data.params["dataset.channels"] == "None"  # auto-detected: grayscale → 1 channel
