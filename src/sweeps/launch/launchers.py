@@ -87,5 +87,12 @@ def current() -> Launcher:
     return next((launcher for part, launcher in _REGISTRY if part in target), Launcher())
 
 
+def runs_jobs_in_this_process(config) -> bool:
+    """Whether the Hydra launcher of ``config`` (a sweep's config, with its ``hydra`` node) runs
+    the sweep's jobs in the sweep's process, one after another: Hydra's basic launcher; not a
+    pool's, Slurm's or submitit's."""
+    return str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher")
+
+
 def _positive(n: int) -> int:
     return n if n >= 1 else (os.cpu_count() or 1)

@@ -14,8 +14,8 @@ mirrored (:func:`~sweeps.tracking.entities.mirror`) or ``("error", type name, te
 thread, at normal priority, reads each request and answers the ``NORMAL`` ones (calls the job
 waits for); it hands the ``LOW`` ones (the run writer's background batches) to a background
 process (:class:`Background`: this module with ``--background`` in place of HURRY, wholly at the
-lowest priority, :func:`~sweeps.tracking.priority.lowest`, with a client of its own; started at
-the first ``LOW`` call, which it answers itself until that process's store is open). A process,
+lowest priority, :func:`~sweeps.tracking.priority.lowest`, with a client of its own; started as
+soon as the store is open, and a ``LOW`` call waits for its store to open). A process,
 not a thread, because a background call can then be ended at any point: on a machine whose cores
 other programs keep busy the lowest priority gets next to no CPU, and a batch it has begun holds
 sqlite's write lock (or the pipe the job shares) until it ends, so the job's next call would wait
@@ -82,8 +82,9 @@ def main() -> None:
         _send(outbox, ("usage", f"cannot open the MLflow store {uri} ({describe(e)})"))
         _exit()
     _send(outbox, ("ready", experiment_id))
-    if not background:
+    if not background:  # started now, while the job still imports torch and builds its data (cores to spare)
         _helpers.append(Background(client, uri, experiment, int(hurry)))
+        _helpers[0].start()
     helper = _helpers[0] if _helpers else None
     while True:
         try:
@@ -119,10 +120,15 @@ def answer_to(client: Any, request: bytes) -> tuple:
 
 class Background:
     """The background process (module docstring) that answers the job's background calls, started
-    at the first of them; until its store is open (its imports take ~2 s at the lowest priority)
-    this thread answers them, so a job never waits for that start. Killed when the job says HURRY
-    (a byte on ``hurry``, a non-blocking pipe), the call it held then answered here, at normal
-    priority. Calls come one at a time (the job holds a lock over each exchange)."""
+    once the store is open (:meth:`start`) and again at the next background call after it was
+    killed. A background call waits for its store to open (~2 s of imports at the lowest priority,
+    much longer while the training keeps every core busy): answered here meanwhile, at normal
+    priority, the writer's batches took a core from the training at each beat (epochs of ~100 ms
+    instead of ~1 ms in a study 5 job, docs/benchmarks.md, "A sweep's jobs"). Killed when the
+    job says HURRY (a byte on ``hurry``, a non-blocking pipe) — a call the job waits for is held
+    up behind a background one, whether it waits for the store to open or is being answered —
+    and the background call then answered here, at normal priority. Calls come one at a time
+    (the job holds a lock over each exchange)."""
 
     def __init__(self, client: Any, uri: str, experiment: str, hurry: int):
         self._client, self._open = client, ("open", uri, experiment)
@@ -136,19 +142,36 @@ class Background:
 
     def answer(self, request: bytes) -> tuple | bytes:
         """The answer to ``request`` (:func:`answer_to`): the background process's, pickled, or
-        this thread's where the job is in a hurry or was lately, or the process is not ready."""
-        if self._hurried() or time.monotonic() < self._hurried_until or not self._started():
+        this thread's where the job is in a hurry or was lately, or no process can start or open
+        the store."""
+        if self._hurried() or time.monotonic() < self._hurried_until or not self.start():
             return answer_to(self._client, request)
         out, into = self._conns
         try:
+            if not self._ready:  # its store is still opening
+                if not self._answered(into):
+                    return self._here(request)
+                self._ready = into.recv()[0] == "ready"
+                if not self._ready:  # it could not open the store this process holds open: not again
+                    self._refused = True
+                    return self._here(request)
             out.send_bytes(request)
-            while True:
-                if into in wait([into, self._hurry]):
-                    return into.recv_bytes()
-                if self._hurried():
-                    break
+            if self._answered(into):
+                return into.recv_bytes()
         except (EOFError, OSError):  # it died (killed, out of memory): this thread answers
             pass
+        return self._here(request)
+
+    def _answered(self, into: Connection) -> bool:
+        """Wait until the background process has written to ``into``; False once the job says HURRY."""
+        while True:
+            if into in wait([into, self._hurry]):
+                return True
+            if self._hurried():
+                return False
+
+    def _here(self, request: bytes) -> tuple:
+        """Kill the background process and answer ``request`` on this thread, at normal priority."""
         self.stop()
         return answer_to(self._client, request)
 
@@ -164,9 +187,9 @@ class Background:
             self._hurried_until = time.monotonic() + HURRIED_S
         return said
 
-    def _started(self) -> bool:
-        """Whether the background process is there with its store open; starts it where there is
-        none (never waits)."""
+    def start(self) -> bool:
+        """Start the background process where there is none (never waits for its store to open);
+        False where none can run: no fork, or it could not open the store."""
         if self._refused:
             return False
         if self._conns is None:
@@ -188,18 +211,8 @@ class Background:
                 self._conns[0].send(self._open)
             except OSError:
                 self.stop()
-            return False
-        if not self._ready:
-            try:
-                if not self._conns[1].poll():
-                    return False
-                self._ready = self._conns[1].recv()[0] == "ready"
-            except (EOFError, OSError):
-                pass
-            if not self._ready:  # it could not open the store this process holds open: not again
-                self._refused = True
-                self.stop()
-        return self._ready
+                return False
+        return True
 
     def kill(self) -> None:
         """Kill the background process, if any, without waiting (this process is exiting)."""

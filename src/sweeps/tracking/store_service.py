@@ -2,7 +2,7 @@
 
 Why: a one-job command spent ~2 s importing mlflow (1.2 s) and opening its SQL store (0.9 s)
 before it could create its run, on the same core as torch's import (docs/benchmarks.md, "the
-tabular job"). A command that runs one job starts the store's process
+tabular job"). A command that runs jobs starts the store's process
 (:mod:`sweeps.tracking.store_process`) before Hydra composes its config (:func:`prestart`) and
 names the store once the config is valid (:func:`start`); it imports mlflow and opens the store on
 the second core while the job imports torch and builds its data, and the job's process never
@@ -21,8 +21,10 @@ is then ended and answered at normal priority too ("A background batch the job w
 job's session (Linux's autogroup: it shares the job's group) in a process group of its own (a
 Ctrl-C in the terminal does not reach it).
 
-A process that has imported mlflow already keeps its own client (the import is paid): a sweep's
-process, which opened the store for its parent run, and tests that hold a client.
+A sweep's process (``-m``) keeps a client of its own for its parent run, and its store process
+answers the jobs that Hydra's basic launcher runs in it (:func:`prestart`). A process that had
+imported mlflow before the command started keeps its own client for everything: tests that hold
+a client, a pool worker (joblib, submitit), a data-parallel rank.
 
 A store process that dies (SIGKILL, a native crash) costs nothing logged: the call it was
 answering and every later one run in this process on a client of its own (importing mlflow
@@ -271,11 +273,16 @@ def in_store(client: Any, fn: Callable, *args: Any, **kwargs: Any) -> Any:
 
 
 def prestart(argv: list[str]) -> None:
-    """Start a store process now if the command line ``argv`` (``sys.argv[1:]``) runs one job —
-    not ``--help``, ``--cfg``, ``--info``, ``-m`` (a sweep's process opens the store itself for
-    its parent run) — as read by Hydra's own argument parser, so its imports overlap Hydra's
-    composition as well as torch's import. Never raises."""
-    if _spare or _services or "mlflow" in sys.modules or not _runs_one_job(argv):
+    """Start a store process now if the command line ``argv`` (``sys.argv[1:]``) runs jobs — one,
+    or a sweep's (``-m``); not ``--help``, ``--cfg``, ``--info`` — as read by Hydra's own argument
+    parser, so its imports overlap Hydra's composition as well as torch's import. A sweep's
+    process keeps a client of its own for its parent run; the store process answers its jobs when
+    they run in this process (Hydra's basic launcher), so their metric batches are ingested off
+    the training's GIL: a writer thread at the lowest priority that held the GIL through MLflow's
+    ingestion on a busy machine held an epoch up for 1.4–4.4 s (docs/benchmarks.md, "A sweep's
+    jobs"). A launcher that runs jobs elsewhere gives it back (:func:`discard_spare`). Never
+    raises."""
+    if _spare or _services or "mlflow" in sys.modules or not _runs_jobs(argv):
         return
     try:
         _spare.append(StoreService())
@@ -285,7 +292,7 @@ def prestart(argv: list[str]) -> None:
     atexit.register(stop)
 
 
-def _runs_one_job(argv: list[str]) -> bool:
+def _runs_jobs(argv: list[str]) -> bool:
     import argparse
 
     from hydra._internal.utils import get_args_parser
@@ -298,14 +305,21 @@ def _runs_one_job(argv: list[str]) -> bool:
         args, _ = parser.parse_known_args(argv)
     except (argparse.ArgumentError, SystemExit):
         return False
-    return not (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or args.multirun
+    return not (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
                 or args.experimental_rerun)
+
+
+def discard_spare() -> None:
+    """End the store process :func:`prestart` started but no job of this process will use (a
+    sweep whose launcher runs its jobs in other processes). Idempotent."""
+    while _spare:
+        _spare.pop().close()
 
 
 def start(uri: str, experiment: str) -> None:
     """Have the store process started by :func:`prestart` open the store at ``uri`` (experiment
-    ``experiment`` first). Without one (a sweep, a pool worker, tests calling the job directly) the
-    job opens the store itself, as it does for a second ``uri``.
+    ``experiment`` first). Without one (a pool worker, tests calling the job directly) the job
+    opens the store itself, as it does for a second ``uri``.
 
     Raises:
         UsageError: the process had died and this process cannot open the store either.

@@ -16,11 +16,12 @@ from omegaconf import DictConfig
 
 from sweeps import names
 from sweeps.errors import UsageError, describe, signal_exception
+from sweeps.launch import launchers
 from sweeps.launch.cli.sweep_check import check_sweep
 from sweeps.launch.job.summary import print_summary
 from sweeps.launch.process import outcome, parent_run, signals
 from sweeps.state import current
-from sweeps.tracking import store
+from sweeps.tracking import store, store_service
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -105,6 +106,8 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             current().planned_jobs = check_sweep(config)  # every job's values, before the parent run opens and any job starts
+            if not launchers.runs_jobs_in_this_process(config):  # a pool's, Slurm's: the store process would idle
+                store_service.discard_spare()
             client, experiment_id = store.prepare(config, hold=signals.held)  # a new store is created whole
         except UsageError as e:
             stop(e)
