@@ -27,12 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlflow import MlflowClient
-
-from sweeps.tracking.env import _cpu_model
-
-ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SWEEPS_", "HYDRA_"))}
-JOB = ["+experiment=tabular_cpu_vs_gpu", "device=cpu", "dataset.train_size=1000"]
+from bench_job_overhead import STUDY5, last_run, sweeps_job  # beside this script: sys.path[0] when run as a script
+from sweeps.tracking.env import fingerprint
 
 
 def one_run(sweep: bool, hogs: int, epochs: int) -> dict[str, float]:
@@ -40,15 +36,8 @@ def one_run(sweep: bool, hogs: int, epochs: int) -> dict[str, float]:
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "sweeps", *(["-m"] if sweep else []), *JOB, f"epochs={epochs}"],
-                                  cwd=tmp, env=ENV, capture_output=True, text=True)
-            wall = time.perf_counter() - t0
-            if proc.returncode != 0:
-                sys.exit(f"sweeps failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-            client = MlflowClient(f"sqlite:///{tmp}/mlruns/mlflow.db")
-            exp = client.get_experiment_by_name("tabular_cpu_vs_gpu")
-            (run,) = [r for r in client.search_runs([exp.experiment_id]) if "time/total_s" in r.data.metrics]
+            wall, client = sweeps_job([*(["-m"] if sweep else []), *STUDY5, f"epochs={epochs}"], Path(tmp))
+            run = last_run(client, "tabular_cpu_vs_gpu")  # the job: a sweep's parent run starts before it
             folder = Path(client.download_artifacts(run.info.run_id, "", str(Path(tmp) / "artifacts")))
             rows = list(csv.DictReader(io.StringIO(next(folder.rglob("epochs.csv")).read_text())))
     finally:
@@ -65,7 +54,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=5000)
     ap.add_argument("--hogs", type=int, default=os.cpu_count() or 2)
     a = ap.parse_args()
-    print(f"{time.strftime('%Y-%m-%d %H:%M')}  {_cpu_model()} ({os.cpu_count()} cores); "
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}  {fingerprint()['cpu']['model']} ({os.cpu_count()} cores); "
           f"{a.epochs} epochs, median [min, max] of {a.repeats}")
     for hogs in (0, a.hogs):
         runs: dict[str, list[dict]] = {"one job": [], "sweep (-m)": []}
