@@ -20,6 +20,8 @@ import thread_probe
 from conftest import TEST_CONF, TESTS, StartedCli
 from sweeps import names
 from sweeps.errors import UsageError
+from sweeps.telemetry import plot
+from sweeps.telemetry.sampler import Telemetry
 from sweeps.tracking import inputs, priority
 from sweeps.tracking.store_service import RemoteClient, StoreError, StoreService, _runs_jobs
 from sweeps.tracking.writer import RunWriter
@@ -33,7 +35,16 @@ def service(tmp_path):
     svc.close()
 
 
-def test_a_jobs_store_calls_land_in_the_store_through_its_process(service, caplog):
+def _telemetry() -> Telemetry:
+    """A few host samples of one epoch (a figure's worth)."""
+    tel = Telemetry(1000).start()
+    tel.epoch_start(1)
+    tel.epoch_end(1)
+    tel.stop()
+    return tel
+
+
+def test_a_jobs_store_calls_land_in_the_store_through_its_process(service, caplog, tmp_path):
     client, experiment_id = service.opened()
     assert isinstance(client, RemoteClient) and client.tracking_uri == service.uri
     writer = RunWriter(client, experiment_id, "mlp b64 cpu", None, {names.OUTCOME_TAG: names.RUNNING})
@@ -42,7 +53,14 @@ def test_a_jobs_store_calls_land_in_the_store_through_its_process(service, caplo
     for epoch in (1, 2, 3):
         writer.log_metrics({names.EPOCH_S: 0.5 * epoch, names.TRAIN_LOSS: 1.0 / epoch}, step=epoch)
     writer.log_text("a,b\n1,2\n", "epochs.csv")
-    writer.log_bytes(b"\x89PNG", "telemetry.png")
+    # posted: drawn in the store process while this one goes on; one that fails is a warning,
+    # and the answers after it stay in order
+    with caplog.at_level(logging.WARNING, logger="sweeps"):
+        writer.log_later("telemetry.png", plot.log_figure, plot.FigureData.of(_telemetry()), "mlp b64 cpu")
+        RunWriter.attach(client, "0" * 32, reopen=False).log_later("a figure", plot.log_figure, "not data")
+        assert client.get_run(writer.run_id).data.params["batch"] == "64"
+    failed = [r.getMessage() for r in caplog.records if "not logged" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].startswith("MLflow: a figure not logged (AttributeError: "), failed
     inputs.log_job_data(writer, OmegaConf.create({"name": "diabetes", "root": None}), "generated:diabetes", (10,),
                         354, 88, True)
     mirrored = client.get_run(writer.run_id)  # read back through the process: attributes as MLflow's
@@ -56,6 +74,8 @@ def test_a_jobs_store_calls_land_in_the_store_through_its_process(service, caplo
     assert [(m.step, m.value) for m in real.get_metric_history(writer.run_id, names.EPOCH_S)] == \
         [(1, 0.5), (2, 1.0), (3, 1.5)]
     assert {f.path for f in real.list_artifacts(writer.run_id)} == {"epochs.csv", "telemetry.png"}
+    with open(real.download_artifacts(writer.run_id, "telemetry.png", str(tmp_path)), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert sorted(d.dataset.name for d in run.inputs.dataset_inputs) == ["diabetes/test", "diabetes/train"]
     history = client.get_metric_history(writer.run_id, names.TRAIN_LOSS)
     assert [m.step for m in history] == [1, 2, 3]
@@ -98,6 +118,8 @@ def test_a_store_process_killed_mid_job_loses_nothing(service, caplog):
     writer = RunWriter(client, experiment_id, "job", None, {})
     writer.log_metrics({names.EPOCH_S: 1.0}, step=1)
     writer.flush()
+    # posted, then the process dies before answering it (importing matplotlib): it runs here
+    writer.log_later("telemetry.png", plot.log_figure, plot.FigureData.of(_telemetry()), "job")
     os.kill(service.proc.pid, signal.SIGKILL)
     service.proc.wait(timeout=10)
     with caplog.at_level(logging.WARNING, logger="sweeps"):
@@ -106,6 +128,7 @@ def test_a_store_process_killed_mid_job_loses_nothing(service, caplog):
         writer.end("FINISHED")  # every call after the death runs in this process, on its own client
     assert sum("store's process ended" in r.getMessage() for r in caplog.records) == 1
     _assert_whole(MlflowClient(service.uri), writer.run_id)
+    assert [f.path for f in MlflowClient(service.uri).list_artifacts(writer.run_id)] == ["telemetry.png"]
 
 
 @pytest.mark.slow  # its own store process: ~2 s of imports (the in-process twin: test_store_and_disk.py)

@@ -3,17 +3,20 @@ monitor's CSV — clocks, utilisation, memory, temperature, power — and the ho
 over time, with the training epochs shaded. Host panels only where no GPU was sampled.
 
 Drawn with matplotlib's Agg canvas on a :class:`matplotlib.figure.Figure` (no pyplot, no display,
-no global state), so jobs that run one after another in one process do not share figures.
+no global state), so jobs that run one after another in one process do not share figures. A job
+draws it from a :class:`FigureData` (picklable) in its store process (:func:`log_figure`), where
+MLflow is imported anyway: the job's process neither imports matplotlib (~0.65 s) nor waits for
+the drawing (~0.35 s) at its end (docs/benchmarks.md, "The telemetry figure off the job's end").
 """
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
-
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from sweeps.telemetry.sampler import Telemetry
 
 # (y label, [(sample field, line label)]) per panel
@@ -32,9 +35,43 @@ RATES = ("util_pct", "cpu_pct")  # a value describes the interval before its sam
 # Above this many epochs (a 10-inch, 100-dpi figure is ~900 pixels wide) the shades and edges of
 # single epochs would be sub-pixel and cost ~0.5 s of drawing at 10,000 epochs: one band instead.
 MAX_SHADED_EPOCHS = 300
+ARTIFACT = "telemetry.png"
 
 
-def _lines(tel: "Telemetry", field: str, label: str) -> list[tuple[str, str, list, list]]:
+@dataclass(frozen=True)
+class FigureData:
+    """What the figure draws, as plain values (it pickles: the store process draws it).
+
+    ``columns`` and ``rows`` are :attr:`Telemetry.columns` and ``rows`` (``t_s`` first);
+    ``gpus`` the number of GPUs sampled; ``edges`` ``(epoch, first sample's t_s, last sample's
+    t_s)`` per training epoch — one band ``(first epoch, its start, the last epoch's end)`` where
+    there are more than :data:`MAX_SHADED_EPOCHS`; ``epochs`` ``(count, first, last)`` epoch
+    numbers; ``interval_s`` the sampling interval (s)."""
+
+    columns: list[str]
+    rows: list[tuple]
+    gpus: int
+    edges: list[tuple[int, float, float]]
+    epochs: tuple[int, int, int]
+    interval_s: float
+
+    @classmethod
+    def of(cls, tel: "Telemetry") -> "FigureData":
+        edges = [(w.epoch, tel.rows[w.first][0], tel.rows[w.last][0]) for w in tel.windows]
+        if len(edges) > MAX_SHADED_EPOCHS:  # thinner than a pixel each: one band from the first epoch to the last
+            edges = [(edges[0][0], edges[0][1], edges[-1][2])]
+        ends = (len(tel.windows), tel.windows[0].epoch, tel.windows[-1].epoch) if tel.windows else (0, 0, 0)
+        return cls(list(tel.columns), list(tel.rows), len(tel.handles), edges, ends, tel.interval_s)
+
+
+Drawable = Union["Telemetry", FigureData]
+
+
+def _data(tel: Drawable) -> FigureData:
+    return tel if isinstance(tel, FigureData) else FigureData.of(tel)
+
+
+def _lines(tel: FigureData, field: str, label: str) -> list[tuple[str, str, list, list]]:
     """``[(legend label, field, t, values)]``: one line per GPU for a GPU field, one for a host field."""
     out = []
     for i, c in enumerate(tel.columns):
@@ -43,12 +80,12 @@ def _lines(tel: "Telemetry", field: str, label: str) -> list[tuple[str, str, lis
             continue
         pts = [(r[0], r[i]) for r in tel.rows if r[i] is not None]
         if pts:
-            name = " ".join(filter(None, [c.split("_", 1)[0] if gpu and len(tel.handles) > 1 else "", label]))
+            name = " ".join(filter(None, [c.split("_", 1)[0] if gpu and tel.gpus > 1 else "", label]))
             out.append((name, field, [t for t, _ in pts], [v for _, v in pts]))
     return out
 
 
-def render(tel: "Telemetry", title: str = "") -> bytes:
+def render(tel: Drawable, title: str = "") -> bytes:
     """The figure as PNG bytes (empty when there are no samples)."""
     if not tel.rows:
         return b""
@@ -57,19 +94,28 @@ def render(tel: "Telemetry", title: str = "") -> bytes:
     return buf.getvalue()
 
 
-def figure(tel: "Telemetry", title: str = "") -> Figure:
+def log_figure(client: Any, run_id: str, tel: Drawable, title: str = "") -> None:
+    """Draw the figure of ``tel`` (at least one sample) and log it to run ``run_id`` as
+    :data:`ARTIFACT` (:meth:`mlflow.MlflowClient.log_figure`). Runs where ``client``'s store is
+    (:func:`sweeps.tracking.store_service.in_store`); raises what drawing or MLflow raise."""
+    client.log_figure(run_id, figure(tel, title), ARTIFACT)
+
+
+def figure(tel: Drawable, title: str = "") -> "Figure":
     """The telemetry figure of ``tel`` (at least one sample): a panel per field, time in s on x."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # ~0.65 s: only where a figure is drawn
+    from matplotlib.figure import Figure
+
+    tel = _data(tel)
     panels = []
-    for ylabel, fields in (GPU_PANELS if tel.handles else []) + HOST_PANELS:
+    for ylabel, fields in (GPU_PANELS if tel.gpus else []) + HOST_PANELS:
         lines = [line for f, label in fields for line in _lines(tel, f, label)]
         if lines:
             panels.append((ylabel, lines))
     fig = Figure(figsize=(10, 1.7 * len(panels) + 0.8), dpi=100)
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    edges = [(w.epoch, tel.rows[w.first][0], tel.rows[w.last][0]) for w in tel.windows]
-    if len(edges) > MAX_SHADED_EPOCHS:  # thinner than a pixel each: one band from the first epoch to the last
-        edges = [(edges[0][0], edges[0][1], edges[-1][2])]
+    edges = tel.edges
     for ax, (ylabel, lines) in zip(axes, panels):
         # training epochs shaded, evaluation and setup left white: one artist per shade and one for
         # the edges, whatever the number of epochs (an artist per epoch made 10,000 epochs take minutes)
@@ -92,10 +138,11 @@ def figure(tel: "Telemetry", title: str = "") -> Figure:
         for epoch, t0, t1 in edges:
             top.annotate(str(epoch), ((t0 + t1) / 2, 1.0), xycoords=("data", "axes fraction"),
                          ha="center", va="bottom", fontsize="x-small", color="0.3")
-    shaded = ("training epochs (numbered)" if len(tel.windows) <= MAX_SHADED_EPOCHS else
-              f"epochs {tel.windows[0].epoch}-{tel.windows[-1].epoch} (too many to shade one by one)")
+    count, first, last = tel.epochs
+    shaded = ("training epochs (numbered)" if count <= MAX_SHADED_EPOCHS else
+              f"epochs {first}-{last} (too many to shade one by one)")
     axes[-1].set_xlabel(f"time since the sampler started [s]; shaded: {shaded}")
-    what = "GPU and host" if tel.handles else "host (no GPU sampled)"
+    what = "GPU and host" if tel.gpus else "host (no GPU sampled)"
     title = title if len(title) <= 90 else title[:87] + "..."
     fig.suptitle("\n".join(filter(None, [title, f"telemetry: {what}, every {tel.interval_s:g} s"])),
                  fontsize="medium")

@@ -45,6 +45,7 @@ import pickle
 import subprocess
 import sys
 import threading
+from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Callable
@@ -93,6 +94,7 @@ class StoreService:
         self._lock = threading.Lock()  # one call at a time: the job's thread and its writer's share the pipe
         self._local: Any = None  # this process's own client once the store process died
         self._ready: tuple | None = None  # the process's first answer: ("ready", experiment id) or ("usage", text)
+        self._posted: deque[tuple[str, bytes]] = deque()  # (what, request) of posted calls not yet answered, in order
         requests_r, self._requests = os.pipe()
         self._answers, answers_w = os.pipe()
         hurry_r, self._hurry = os.pipe()  # a byte: a call this process waits for is held up (store_process)
@@ -151,17 +153,79 @@ class StoreService:
                 self._say_hurry()
             self._lock.acquire()
         try:
+            self._collect()
             if self._local is None:
                 answer = self._exchange(request)
                 if answer is not None:
                     if answer[0] == "ok":
                         return answer[1]
                     raise remote_error(*answer[1:])
-            # what the store process would have run: light entities become MLflow's (sweeps.tracking.entities)
-            args, kwargs = pickle.loads(pickle.dumps((args, kwargs)))
-            return execute(self._local, kind, name, args, kwargs)
+            return self._execute_here(request)
         finally:
             self._lock.release()
+
+    def post(self, what: str, kind: str, name: str, args: tuple, kwargs: dict) -> None:
+        """:meth:`call` without waiting for it to be done: the request is sent and its answer read
+        before the next call's (or at :func:`stop`); a failure is then logged as a warning naming
+        ``what``. For work at a job's end that the job need not wait for (the telemetry figure:
+        matplotlib's import and the drawing take ~1 s there while the job builds ``epochs.csv``).
+        Where the store process is gone, it runs here now. Never raises for the call's own failure.
+
+        Raises:
+            pickle.PicklingError, TypeError, AttributeError: an argument that does not pickle.
+        """
+        request = NORMAL + pickle.dumps((kind, name, args, kwargs), pickle.HIGHEST_PROTOCOL)
+        with self._lock:
+            self._collect()
+            if self._local is None:
+                try:
+                    self._out.send_bytes(request)
+                    self._posted.append((what, request))
+                    return
+                except OSError as e:
+                    self._died(type(e).__name__)
+            self._done(what, self._answer_here(request))
+
+    def _collect(self) -> None:
+        """Read the answers of the posted calls, in order (the lock held); a call whose answer
+        the store process died before giving runs here."""
+        while self._posted:
+            what, request = self._posted[0]
+            if self._local is None:
+                try:
+                    answer = self._in.recv()
+                except (EOFError, OSError) as e:
+                    self._died(f"exit status {self.proc.poll()}" if self.proc.poll() is not None else type(e).__name__)
+                    continue  # run here, below
+                except BaseException:  # a signal: the pipe is given up (see _exchange); the call runs here later
+                    self._died("interrupted while it answered", wait=False)
+                    raise
+            else:
+                answer = self._answer_here(request)
+            self._posted.popleft()
+            self._done(what, answer)
+
+    def _answer_here(self, request: bytes) -> tuple:
+        try:
+            return ("ok", self._execute_here(request))
+        except Exception as e:  # noqa: BLE001 (reported by _done, like the store process's answer)
+            return ("error", type(e).__name__, str(e))
+
+    def _execute_here(self, request: bytes) -> Any:
+        """What the store process would have run, on this process's client: light entities
+        become MLflow's (sweeps.tracking.entities) on the way through pickle."""
+        kind, name, args, kwargs = pickle.loads(memoryview(request)[1:])
+        return execute(self._local, kind, name, args, kwargs)
+
+    def settle(self) -> None:
+        """Wait for the posted calls' answers (:meth:`post`)."""
+        with self._lock:
+            self._collect()
+
+    @staticmethod
+    def _done(what: str, answer: tuple) -> None:
+        if answer[0] != "ok":
+            log.warning("MLflow: %s not logged (%s: %s)", what, answer[1], answer[2])
 
     def _say_hurry(self) -> None:
         """Tell the store process that a call this process waits for is held up: it ends the
@@ -265,11 +329,26 @@ class RemoteClient:
         that builds MLflow objects (dataset inputs) where mlflow is imported anyway."""
         return self._service.call("function", f"{fn.__module__}:{fn.__qualname__}", args, kwargs)
 
+    def post(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> None:
+        """:meth:`run` without waiting for it (:meth:`StoreService.post`): a failure is logged as
+        a warning naming ``what`` once its answer is read."""
+        self._service.post(what, "function", f"{fn.__module__}:{fn.__qualname__}", args, kwargs)
+
 
 def in_store(client: Any, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """``fn(client, *args, **kwargs)`` where the client's store is: in the store's process for a
     :class:`RemoteClient`, here for an :class:`mlflow.MlflowClient`."""
     return client.run(fn, *args, **kwargs) if getattr(client, "remote", False) else fn(client, *args, **kwargs)
+
+
+def in_store_later(client: Any, what: str, fn: Callable, *args: Any, **kwargs: Any) -> None:
+    """:func:`in_store` without waiting for a :class:`RemoteClient`'s store process to be done
+    (:meth:`RemoteClient.post`; its failure is logged as a warning naming ``what``); with an
+    :class:`mlflow.MlflowClient`, now (raising what ``fn`` raises)."""
+    if getattr(client, "remote", False):
+        client.post(what, fn, *args, **kwargs)
+    else:
+        fn(client, *args, **kwargs)
 
 
 def prestart(argv: list[str]) -> None:
@@ -355,4 +434,6 @@ def stop() -> None:
     while _spare:
         _spare.pop().close()
     while _services:
-        _services.popitem()[1].close()
+        service = _services.popitem()[1]
+        service.settle()  # calls posted at a job's end (its telemetry figure) are done before the process goes
+        service.close()

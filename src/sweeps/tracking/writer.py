@@ -15,11 +15,9 @@ job's process, never import mlflow: entities come from :func:`sweeps.tracking.en
 from __future__ import annotations
 
 import logging
-import tempfile
 import threading
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from sweeps import names
 from sweeps.errors import brief
@@ -27,7 +25,7 @@ from sweeps.tracking import entities, priority
 from sweeps.tracking.cadence import Cadence
 from sweeps.tracking.series import in_series
 from sweeps.tracking.store import quiet_sqlite
-from sweeps.tracking.store_service import HURRY_AFTER_S
+from sweeps.tracking.store_service import HURRY_AFTER_S, in_store_later
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -174,12 +172,11 @@ class RunWriter:
     def log_text(self, text: str, name: str) -> None:
         self.client.log_text(self.run_id, text, name)
 
-    def log_bytes(self, data: bytes, name: str) -> None:
-        """``data`` (e.g. a PNG) as the artifact ``name``."""
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / name
-            path.write_bytes(data)
-            self.client.log_artifact(self.run_id, str(path))
+    def log_later(self, what: str, fn: Callable[..., None], *args: Any) -> None:
+        """``fn(client, run_id, *args)`` where the store is, without waiting for it in the store's
+        process (:func:`~sweeps.tracking.store_service.in_store_later`: its failure is logged there
+        as a warning naming ``what``; with an in-process client it runs now and raises)."""
+        in_store_later(self.client, what, fn, self.run_id, *args)
 
     def close(self) -> None:
         """Stop the background thread and send what is left at the caller's priority (see
