@@ -97,7 +97,7 @@ def render(tel: Drawable, title: str = "") -> bytes:
 def log_figure(client: Any, run_id: str, tel: Drawable, title: str = "") -> None:
     """Draw the figure of ``tel`` (at least one sample) and log it to run ``run_id`` as
     :data:`ARTIFACT` (:meth:`mlflow.MlflowClient.log_figure`). Runs where ``client``'s store is
-    (:func:`sweeps.tracking.store_service.in_store`); raises what drawing or MLflow raise."""
+    (:func:`sweeps.tracking.store_client.in_store`); raises what drawing or MLflow raise."""
     client.log_figure(run_id, figure(tel, title), ARTIFACT)
 
 

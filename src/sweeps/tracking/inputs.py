@@ -22,7 +22,7 @@ import numpy as np
 
 from sweeps import names
 from sweeps.errors import brief
-from sweeps.tracking.store_service import in_store
+from sweeps.tracking.store_client import in_store
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -79,7 +79,7 @@ def dataset(name: str, split: str, fingerprint: str, root: str | None, in_shape:
 def log_datasets(client: MlflowClient, run_id: str, name: str, fingerprint: str, root: str | None,
                  in_shape: Sequence[int], train_n: int | None, test_n: int, regression: bool) -> None:
     """Log the job's train (when ``train_n`` is not None) and eval inputs to ``run_id``: one call
-    (where ``client`` is: :func:`~sweeps.tracking.store_service.in_store`).
+    (where ``client`` is: :func:`~sweeps.tracking.store_client.in_store`).
 
     Raises:
         mlflow.exceptions.MlflowException: the store refused them (the caller decides).

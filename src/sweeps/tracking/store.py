@@ -93,10 +93,10 @@ def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -
     Raises:
         UsageError: the store cannot be opened or the server does not answer (one line).
     """
-    from sweeps.tracking import store_service
+    from sweeps.tracking import store_processes
 
     uri = tracking_uri(cfg)
-    opened = store_service.opened(uri, str(cfg.mlflow.experiment))
+    opened = store_processes.opened(uri, str(cfg.mlflow.experiment))
     return opened if opened is not None else open_store(uri, str(cfg.mlflow.experiment), hold)
 
 

@@ -1,30 +1,27 @@
-"""The MLflow store in a process of its own, as a job's process sees it: start it, call it.
+"""The MLflow store in a process of its own, as a job's process sees it: the pipe to it.
 
 Why: a one-job command spent ~2 s importing mlflow (1.2 s) and opening its SQL store (0.9 s)
 before it could create its run, on the same core as torch's import (docs/benchmarks.md, "the
 tabular job"). A command that runs jobs starts the store's process
-(:mod:`sweeps.tracking.store_process`) before Hydra composes its config (:func:`prestart`) and
-names the store once the config is valid (:func:`start`); it imports mlflow and opens the store on
-the second core while the job imports torch and builds its data, and the job's process never
-imports mlflow: every store call — run creation, params, tags, the writer's metric batches,
-artifacts, resume, the summary — is a :class:`RemoteClient` method call pickled to it over a
-pipe and answered there by an :class:`mlflow.MlflowClient` (Weights & Biases' service process is
-the model). MLflow's ingestion (~85 µs a value here) then runs off the training process's GIL.
+(:mod:`sweeps.tracking.store_process`) before Hydra composes its config and names the store once
+the config is valid (:mod:`sweeps.tracking.store_processes`); it imports mlflow and opens the
+store on the second core while the job imports torch and builds its data, and the job's process
+never imports mlflow: every store call — run creation, params, tags, the writer's metric
+batches, artifacts, resume, the summary — is a
+:class:`~sweeps.tracking.store_client.RemoteClient` method call (:meth:`StoreService.call`;
+:meth:`StoreService.post` where the job need not wait) pickled to it over a pipe and answered
+there by an :class:`mlflow.MlflowClient` (Weights & Biases' service process is the model).
+MLflow's ingestion (~85 µs a value here) then runs off the training process's GIL.
 Each call is answered at its caller's priority: the run writer's background batches (its
 sending thread is lowered, :func:`sweeps.tracking.priority.lowered`) in the store process's
 background process, at the lowest priority, so they take cores the training leaves idle;
 every call a job's thread waits for — run creation, params, artifacts, the last flush, the
 summary — on its main thread at normal priority, so a busy machine does not make the job's end
 wait for everyone (docs/benchmarks.md, "A job's end on a busy machine"). A call the job waits for
-that finds a background batch under way says HURRY (:meth:`StoreService._say_hurry`): that batch
+that finds a background batch under way says HURRY (:meth:`StoreService.say_hurry`): that batch
 is then ended and answered at normal priority too ("A background batch the job waits for"). The process stays in the
 job's session (Linux's autogroup: it shares the job's group) in a process group of its own (a
 Ctrl-C in the terminal does not reach it).
-
-A sweep's process (``-m``) keeps a client of its own for its parent run, and its store process
-answers the jobs that Hydra's basic launcher runs in it (:func:`prestart`). A process that had
-imported mlflow before the command started keeps its own client for everything: tests that hold
-a client, a pool worker (joblib, submitit), a data-parallel rank.
 
 A store process that dies (SIGKILL, a native crash) costs nothing logged: the call it was
 answering and every later one run in this process on a client of its own (importing mlflow
@@ -37,7 +34,6 @@ original (``MlflowException``, ...) with its text.
 """
 from __future__ import annotations
 
-import atexit
 import importlib
 import logging
 import os
@@ -48,17 +44,16 @@ import threading
 from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from sweeps.errors import UsageError
 from sweeps.tracking import priority
+from sweeps.tracking.store_client import RemoteClient
 
 log = logging.getLogger("sweeps")
 # a request's first byte, then its pickle: which thread of the store process answers it
 LOW, NORMAL = b"L", b"N"
 HURRY_AFTER_S = 0.2  # s a call the job waits for waits for the pipe before the store process is told to hurry
-_services: dict[str, "StoreService"] = {}  # tracking URI → its store process (one per URI per process)
-_spare: list["StoreService"] = []  # started by prestart(), not yet told which store to open
 _errors: dict[str, type] = {}
 
 
@@ -75,7 +70,7 @@ def remote_error(kind: str, text: str) -> StoreError:
 def execute(client: Any, kind: str, name: str, args: tuple, kwargs: dict) -> Any:
     """Run one call on ``client`` (an :class:`mlflow.MlflowClient`): its method ``name``
     (``kind`` ``client``), or the function ``module:qualname`` given the client first
-    (``kind`` ``function``, :meth:`RemoteClient.run`)."""
+    (``kind`` ``function``, :meth:`~sweeps.tracking.store_client.RemoteClient.run`)."""
     if kind == "client":
         return getattr(client, name)(*args, **kwargs)
     module, _, qualname = name.partition(":")
@@ -150,7 +145,7 @@ class StoreService:
         request = (LOW if low else NORMAL) + pickle.dumps((kind, name, args, kwargs), pickle.HIGHEST_PROTOCOL)
         if not self._lock.acquire(timeout=HURRY_AFTER_S):
             if not low:  # most likely a background batch the store process answers at the lowest priority
-                self._say_hurry()
+                self.say_hurry()
             self._lock.acquire()
         try:
             self._collect()
@@ -166,9 +161,10 @@ class StoreService:
 
     def post(self, what: str, kind: str, name: str, args: tuple, kwargs: dict) -> None:
         """:meth:`call` without waiting for it to be done: the request is sent and its answer read
-        before the next call's (or at :func:`stop`); a failure is then logged as a warning naming
-        ``what``. For work at a job's end that the job need not wait for (the telemetry figure:
-        matplotlib's import and the drawing take ~1 s there while the job builds ``epochs.csv``).
+        before the next call's (or at :func:`~sweeps.tracking.store_processes.stop`); a failure is
+        then logged as a warning naming ``what``. For work at a job's end that the job need not
+        wait for (the telemetry figure: matplotlib's import and the drawing take ~1 s there while
+        the job builds ``epochs.csv``).
         Where the store process is gone, it runs here now. Never raises for the call's own failure.
 
         Raises:
@@ -227,7 +223,7 @@ class StoreService:
         if answer[0] != "ok":
             log.warning("MLflow: %s not logged (%s: %s)", what, answer[1], answer[2])
 
-    def _say_hurry(self) -> None:
+    def say_hurry(self) -> None:
         """Tell the store process that a call this process waits for is held up: it ends the
         background call under way and answers it, and those of the next few seconds, at normal
         priority (:mod:`sweeps.tracking.store_process`)."""
@@ -300,140 +296,3 @@ class _Later:
         if self._client is None:
             self._client = _open_here(self.uri, self.experiment)
         return getattr(self._client, name)
-
-
-class RemoteClient:
-    """The :class:`mlflow.MlflowClient` methods sweeps calls, run by the store's process: each
-    attribute is a method taking MlflowClient's arguments (light entities for entities,
-    :mod:`sweeps.tracking.entities`) and returning its result with entities as
-    :class:`~sweeps.tracking.entities.Mirror` objects."""
-
-    remote = True  # sweeps.tracking.entities.classes: build light entities for this client
-
-    def __init__(self, service: StoreService):
-        self._service, self.tracking_uri = service, service.uri
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return lambda *args, **kwargs: self._service.call("client", name, args, kwargs)
-
-    def hurry(self) -> None:
-        """Tell the store process that this process waits for the background call under way (see
-        :meth:`StoreService._say_hurry`); calls this process's threads make themselves say so
-        after :data:`HURRY_AFTER_S`."""
-        self._service._say_hurry()
-
-    def run(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-        """``fn(client, *args, **kwargs)`` in the store's process: a module-level sweeps function
-        that builds MLflow objects (dataset inputs) where mlflow is imported anyway."""
-        return self._service.call("function", f"{fn.__module__}:{fn.__qualname__}", args, kwargs)
-
-    def post(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> None:
-        """:meth:`run` without waiting for it (:meth:`StoreService.post`): a failure is logged as
-        a warning naming ``what`` once its answer is read."""
-        self._service.post(what, "function", f"{fn.__module__}:{fn.__qualname__}", args, kwargs)
-
-
-def in_store(client: Any, fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    """``fn(client, *args, **kwargs)`` where the client's store is: in the store's process for a
-    :class:`RemoteClient`, here for an :class:`mlflow.MlflowClient`."""
-    return client.run(fn, *args, **kwargs) if getattr(client, "remote", False) else fn(client, *args, **kwargs)
-
-
-def in_store_later(client: Any, what: str, fn: Callable, *args: Any, **kwargs: Any) -> None:
-    """:func:`in_store` without waiting for a :class:`RemoteClient`'s store process to be done
-    (:meth:`RemoteClient.post`; its failure is logged as a warning naming ``what``); with an
-    :class:`mlflow.MlflowClient`, now (raising what ``fn`` raises)."""
-    if getattr(client, "remote", False):
-        client.post(what, fn, *args, **kwargs)
-    else:
-        fn(client, *args, **kwargs)
-
-
-def prestart(argv: list[str]) -> None:
-    """Start a store process now if the command line ``argv`` (``sys.argv[1:]``) runs jobs — one,
-    or a sweep's (``-m``); not ``--help``, ``--cfg``, ``--info`` — as read by Hydra's own argument
-    parser, so its imports overlap Hydra's composition as well as torch's import. A sweep's
-    process keeps a client of its own for its parent run; the store process answers its jobs when
-    they run in this process (Hydra's basic launcher), so their metric batches are ingested off
-    the training's GIL: a writer thread at the lowest priority that held the GIL through MLflow's
-    ingestion on a busy machine held an epoch up for 1.4–4.4 s (docs/benchmarks.md, "A sweep's
-    jobs"). A launcher that runs jobs elsewhere gives it back (:func:`discard_spare`). Never
-    raises."""
-    if _spare or _services or "mlflow" in sys.modules or not _runs_jobs(argv):
-        return
-    try:
-        _spare.append(StoreService())
-    except (OSError, ValueError) as e:  # no fork (memory), no pass_fds (not POSIX)
-        log.warning("MLflow: no store process (%s); this process opens the store itself", e)
-        return
-    atexit.register(stop)
-
-
-def _runs_jobs(argv: list[str]) -> bool:
-    import argparse
-
-    from hydra._internal.utils import get_args_parser
-
-    if any(a in ("--version", "-h", "--help", "--hydra-help") for a in argv):  # argparse would print and exit
-        return False
-    parser = get_args_parser()
-    parser.exit_on_error = False  # a malformed command line is Hydra's to report, not this check's
-    try:
-        args, _ = parser.parse_known_args(argv)
-    except (argparse.ArgumentError, SystemExit):
-        return False
-    return not (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
-                or args.experimental_rerun)
-
-
-def discard_spare() -> None:
-    """End the store process :func:`prestart` started but no job of this process will use (a
-    sweep whose launcher runs its jobs in other processes). Idempotent."""
-    while _spare:
-        _spare.pop().close()
-
-
-def start(uri: str, experiment: str) -> None:
-    """Have the store process started by :func:`prestart` open the store at ``uri`` (experiment
-    ``experiment`` first). Without one (a pool worker, tests calling the job directly) the job
-    opens the store itself, as it does for a second ``uri``.
-
-    Raises:
-        UsageError: the process had died and this process cannot open the store either.
-    """
-    if uri in _services or not _spare:
-        return
-    service = _spare.pop()
-    service.open(uri, experiment)
-    _services[uri] = service
-
-
-def opened(uri: str, experiment: str) -> tuple[RemoteClient, str] | None:
-    """(client, id of ``experiment``) from the store process started for ``uri``; None where none
-    was started.
-
-    Raises:
-        UsageError: the store cannot be opened (one line, from the store process).
-    """
-    service = _services.get(uri)
-    if service is None:
-        return None
-    answer = service.opened()
-    if experiment == service.experiment:
-        return answer
-    from sweeps.tracking import store
-
-    client = answer[0]
-    return client, client.run(store.experiment_id, experiment)
-
-
-def stop() -> None:
-    """End every store process of this process (at exit; tests). Idempotent."""
-    while _spare:
-        _spare.pop().close()
-    while _services:
-        service = _services.popitem()[1]
-        service.settle()  # calls posted at a job's end (its telemetry figure) are done before the process goes
-        service.close()

@@ -9,7 +9,7 @@ job ends; a failed send is retried with backoff (connection errors, 5xx, a busy 
 
 Everything goes through an explicit client (no global "active run"), so jobs that run one after
 another in one process never inherit each other's state: an :class:`mlflow.MlflowClient`, or the
-store process's :class:`~sweeps.tracking.store_service.RemoteClient` (then this module, and the
+store process's :class:`~sweeps.tracking.store_client.RemoteClient` (then this module, and the
 job's process, never import mlflow: entities come from :func:`sweeps.tracking.entities.classes`).
 """
 from __future__ import annotations
@@ -25,7 +25,8 @@ from sweeps.tracking import entities, priority
 from sweeps.tracking.cadence import Cadence
 from sweeps.tracking.series import in_series
 from sweeps.tracking.store import quiet_sqlite
-from sweeps.tracking.store_service import HURRY_AFTER_S, in_store_later
+from sweeps.tracking.store_client import in_store_later
+from sweeps.tracking.store_service import HURRY_AFTER_S
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -104,7 +105,7 @@ class RunWriter:
         answers never hold it in one endless flush. A caller that waits for the beat's batch past
         :data:`~sweeps.tracking.store_service.HURRY_AFTER_S` (on a machine whose cores other
         programs keep busy, the lowest priority gets next to no CPU) has the beat stop after it
-        and the store process hurry it (:meth:`~sweeps.tracking.store_service.RemoteClient.hurry`),
+        and the store process hurry it (:meth:`~sweeps.tracking.store_client.RemoteClient.hurry`),
         then sends the rest at its own priority. Never raises."""
         if most is not None:
             self._lock.acquire()
@@ -174,7 +175,7 @@ class RunWriter:
 
     def log_later(self, what: str, fn: Callable[..., None], *args: Any) -> None:
         """``fn(client, run_id, *args)`` where the store is, without waiting for it in the store's
-        process (:func:`~sweeps.tracking.store_service.in_store_later`: its failure is logged there
+        process (:func:`~sweeps.tracking.store_client.in_store_later`: its failure is logged there
         as a warning naming ``what``; with an in-process client it runs now and raises)."""
         in_store_later(self.client, what, fn, self.run_id, *args)
 

@@ -21,7 +21,7 @@ from sweeps.errors import UsageError
 from sweeps.launch.cli import sweep
 from sweeps.launch.cli.sweep_check import one_line
 from sweeps.launch.process import outcome, signals
-from sweeps.tracking import store, store_service
+from sweeps.tracking import store, store_processes
 
 config.register()
 
@@ -34,7 +34,7 @@ def main(cfg: DictConfig) -> str:
     try:
         config.validate(config.complete(cfg))  # before torch is imported: a bad value answers at once
         # the store process started by cli() opens the store on the other core while torch imports here
-        store_service.start(store.tracking_uri(cfg), str(cfg.mlflow.experiment))
+        store_processes.start(store.tracking_uri(cfg), str(cfg.mlflow.experiment))
         with signals.held():  # see _import_job
             lifecycle = _import_job()
         signals.stop_if_received()
@@ -115,7 +115,7 @@ def cli(early: list[int] | None = None) -> None:
     if early:  # nothing has started: no parent run to close, the one line and 130/143
         _interrupted(signals.name(early[0]))
     with signals.held():  # a signal raised inside Popen's fork would leave the store process half-started
-        store_service.prestart(sys.argv[1:])  # one job: its store process imports mlflow while Hydra composes
+        store_processes.prestart(sys.argv[1:])  # one job: its store process imports mlflow while Hydra composes
     if signals.received():
         _interrupted(signals.name(signals.received()[0]))
     full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))  # the user asked for Hydra's traceback

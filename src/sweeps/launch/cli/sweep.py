@@ -21,7 +21,7 @@ from sweeps.launch.cli.sweep_check import check_sweep
 from sweeps.launch.job.summary import print_summary
 from sweeps.launch.process import outcome, parent_run, signals
 from sweeps.state import current
-from sweeps.tracking import store, store_service
+from sweeps.tracking import store, store_processes
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -107,7 +107,7 @@ class SweepCallback(Callback):
         try:
             current().planned_jobs = check_sweep(config)  # every job's values, before the parent run opens and any job starts
             if not launchers.runs_jobs_in_this_process(config):  # a pool's, Slurm's: the store process would idle
-                store_service.discard_spare()
+                store_processes.discard_spare()
             client, experiment_id = store.prepare(config, hold=signals.held)  # a new store is created whole
         except UsageError as e:
             stop(e)

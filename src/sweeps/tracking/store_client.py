@@ -1,0 +1,62 @@
+"""What a job's code holds of its store process: :class:`RemoteClient`, the
+:class:`mlflow.MlflowClient` methods sweeps calls, answered by the store's process
+(:mod:`sweeps.tracking.store_service`), and :func:`in_store` / :func:`in_store_later`, a sweeps
+function run where a client's store is. Imports neither mlflow nor the pipe's module.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from sweeps.tracking.store_service import StoreService
+
+
+class RemoteClient:
+    """The :class:`mlflow.MlflowClient` methods sweeps calls, run by the store's process: each
+    attribute is a method taking MlflowClient's arguments (light entities for entities,
+    :mod:`sweeps.tracking.entities`) and returning its result with entities as
+    :class:`~sweeps.tracking.entities.Mirror` objects."""
+
+    remote = True  # sweeps.tracking.entities.classes: build light entities for this client
+
+    def __init__(self, service: "StoreService"):
+        self._service, self.tracking_uri = service, service.uri
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self._service.call("client", name, args, kwargs)
+
+    def hurry(self) -> None:
+        """Tell the store process that this process waits for the background call under way (see
+        :meth:`~sweeps.tracking.store_service.StoreService.say_hurry`); calls this process's
+        threads make themselves say so after
+        :data:`~sweeps.tracking.store_service.HURRY_AFTER_S`."""
+        self._service.say_hurry()
+
+    def run(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``fn(client, *args, **kwargs)`` in the store's process: a module-level sweeps function
+        that builds MLflow objects (dataset inputs) where mlflow is imported anyway."""
+        return self._service.call("function", f"{fn.__module__}:{fn.__qualname__}", args, kwargs)
+
+    def post(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> None:
+        """:meth:`run` without waiting for it
+        (:meth:`~sweeps.tracking.store_service.StoreService.post`): a failure is logged as a
+        warning naming ``what`` once its answer is read."""
+        self._service.post(what, "function", f"{fn.__module__}:{fn.__qualname__}", args, kwargs)
+
+
+def in_store(client: Any, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``fn(client, *args, **kwargs)`` where the client's store is: in the store's process for a
+    :class:`RemoteClient`, here for an :class:`mlflow.MlflowClient`."""
+    return client.run(fn, *args, **kwargs) if getattr(client, "remote", False) else fn(client, *args, **kwargs)
+
+
+def in_store_later(client: Any, what: str, fn: Callable, *args: Any, **kwargs: Any) -> None:
+    """:func:`in_store` without waiting for a :class:`RemoteClient`'s store process to be done
+    (:meth:`RemoteClient.post`; its failure is logged as a warning naming ``what``); with an
+    :class:`mlflow.MlflowClient`, now (raising what ``fn`` raises)."""
+    if getattr(client, "remote", False):
+        client.post(what, fn, *args, **kwargs)
+    else:
+        fn(client, *args, **kwargs)

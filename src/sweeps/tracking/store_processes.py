@@ -1,0 +1,110 @@
+"""This process's store processes (:mod:`sweeps.tracking.store_service`): which command lines
+start one (:func:`prestart`, before Hydra composes the config), which store it opens
+(:func:`start`, once the config is valid), the client a job gets from it (:func:`opened`), and
+their end (:func:`discard_spare`, :func:`stop`).
+
+A sweep's process (``-m``) keeps a client of its own for its parent run, and its store process
+answers the jobs that Hydra's basic launcher runs in it. A process that had imported mlflow
+before the command started keeps its own client for everything: tests that hold a client, a pool
+worker (joblib, submitit), a data-parallel rank.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import sys
+
+from sweeps.tracking.store_client import RemoteClient
+from sweeps.tracking.store_service import StoreService
+
+log = logging.getLogger("sweeps")
+_services: dict[str, StoreService] = {}  # tracking URI → its store process (one per URI per process)
+_spare: list[StoreService] = []  # started by prestart(), not yet told which store to open
+
+
+def prestart(argv: list[str]) -> None:
+    """Start a store process now if the command line ``argv`` (``sys.argv[1:]``) runs jobs — one,
+    or a sweep's (``-m``); not ``--help``, ``--cfg``, ``--info`` — as read by Hydra's own argument
+    parser, so its imports overlap Hydra's composition as well as torch's import. A sweep's
+    process keeps a client of its own for its parent run; the store process answers its jobs when
+    they run in this process (Hydra's basic launcher), so their metric batches are ingested off
+    the training's GIL: a writer thread at the lowest priority that held the GIL through MLflow's
+    ingestion on a busy machine held an epoch up for 1.4–4.4 s (docs/benchmarks.md, "A sweep's
+    jobs"). A launcher that runs jobs elsewhere gives it back (:func:`discard_spare`). Never
+    raises."""
+    if _spare or _services or "mlflow" in sys.modules or not _runs_jobs(argv):
+        return
+    try:
+        _spare.append(StoreService())
+    except (OSError, ValueError) as e:  # no fork (memory), no pass_fds (not POSIX)
+        log.warning("MLflow: no store process (%s); this process opens the store itself", e)
+        return
+    atexit.register(stop)
+
+
+def _runs_jobs(argv: list[str]) -> bool:
+    import argparse
+
+    from hydra._internal.utils import get_args_parser
+
+    if any(a in ("--version", "-h", "--help", "--hydra-help") for a in argv):  # argparse would print and exit
+        return False
+    parser = get_args_parser()
+    parser.exit_on_error = False  # a malformed command line is Hydra's to report, not this check's
+    try:
+        args, _ = parser.parse_known_args(argv)
+    except (argparse.ArgumentError, SystemExit):
+        return False
+    return not (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
+                or args.experimental_rerun)
+
+
+def discard_spare() -> None:
+    """End the store process :func:`prestart` started but no job of this process will use (a
+    sweep whose launcher runs its jobs in other processes). Idempotent."""
+    while _spare:
+        _spare.pop().close()
+
+
+def start(uri: str, experiment: str) -> None:
+    """Have the store process started by :func:`prestart` open the store at ``uri`` (experiment
+    ``experiment`` first). Without one (a pool worker, tests calling the job directly) the job
+    opens the store itself, as it does for a second ``uri``.
+
+    Raises:
+        UsageError: the process had died and this process cannot open the store either.
+    """
+    if uri in _services or not _spare:
+        return
+    service = _spare.pop()
+    service.open(uri, experiment)
+    _services[uri] = service
+
+
+def opened(uri: str, experiment: str) -> tuple[RemoteClient, str] | None:
+    """(client, id of ``experiment``) from the store process started for ``uri``; None where none
+    was started.
+
+    Raises:
+        UsageError: the store cannot be opened (one line, from the store process).
+    """
+    service = _services.get(uri)
+    if service is None:
+        return None
+    answer = service.opened()
+    if experiment == service.experiment:
+        return answer
+    from sweeps.tracking import store
+
+    client = answer[0]
+    return client, client.run(store.experiment_id, experiment)
+
+
+def stop() -> None:
+    """End every store process of this process (at exit; tests). Idempotent."""
+    while _spare:
+        _spare.pop().close()
+    while _services:
+        service = _services.popitem()[1]
+        service.settle()  # calls posted at a job's end (its telemetry figure) are done before the process goes
+        service.close()
