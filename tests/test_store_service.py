@@ -165,6 +165,15 @@ def test_only_a_command_that_runs_jobs_starts_a_store_process(argv, starts):
     assert _runs_jobs(argv) is starts
 
 
+def _parent(pid: int) -> int | None:
+    """Process ``pid``'s parent's id (None: it ended)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _store_processes(pid: int) -> list[int]:
     """Store processes (``sweeps.tracking.store_process``, not their background process) among the
     descendants of process ``pid``."""
@@ -186,26 +195,30 @@ def _store_processes(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.slow  # two real sweeps, one through a joblib pool: ~30 s
+@pytest.mark.slow  # three real sweeps, two through a joblib pool: ~40 s
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux: /proc/PID/task/TID/children")
 def test_a_sweeps_jobs_log_through_a_store_process_where_they_run_in_the_sweeps_process(tmp_path):
     """``python -m sweeps -m`` with Hydra's basic launcher: the jobs, run in the sweep's process,
     log through a store process (MLflow's ingestion off the training's GIL: a starved writer thread
     holding it through an in-process batch held epochs up for seconds), and every epoch of every
-    job lands once; with a pool the jobs run in workers, and the sweep's process keeps no store
-    process for them."""
+    job lands once; so do those of a pool of one (joblib runs them in the calling process); with a
+    pool of two the jobs run in workers, each of which starts a store process of its own for them
+    (the sweep's process keeps none)."""
     job = ["model=slow", "model.delay_s=0.005", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=256",
            "dataset.test_size=32", "batch=32", "device=cpu", "epochs=30", "telemetry.interval_s=0", TEST_CONF]
-    seen = {}
-    for launcher in ("basic", "gpu_pool"):
-        cwd = tmp_path / launcher
+    seen, sweep_pid = {}, {}
+    pools = {"basic": [], "pool of 1": ["hydra/launcher=gpu_pool", "hydra.launcher.n_jobs=1"],  # joblib: in-process
+             "pool of 2": ["hydra/launcher=gpu_pool", "hydra.launcher.n_jobs=2"]}  # in two workers
+    for launcher, pool in pools.items():
+        cwd = tmp_path / launcher.replace(" ", "_")
         cwd.mkdir()
-        pool = [] if launcher == "basic" else ["hydra/launcher=gpu_pool", "hydra.launcher.n_jobs=1"]
         started = StartedCli(["-m", *pool, *job, "seed=1,2"], cwd, timeout=300)
+        sweep_pid[launcher] = started.proc.pid
         seen[launcher], journals = set(), 0
         while started.proc.poll() is None:
             if list(cwd.glob("checkpoints/*/*/epochs.jsonl")):  # a job is under way (its journal)
-                seen[launcher].update(_store_processes(started.proc.pid))
+                seen[launcher].update((pid, _parent(pid)) for pid in _store_processes(started.proc.pid)
+                                      if _parent(pid) is not None)
                 journals += 1
             time.sleep(0.05)
         assert journals, "no job was seen under way"
@@ -218,7 +231,12 @@ def test_a_sweeps_jobs_log_through_a_store_process_where_they_run_in_the_sweeps_
         for run in jobs:
             steps = [m.step for m in client.get_metric_history(run.info.run_id, names.EPOCH_S)]
             assert sorted(steps) == list(range(1, 31)), steps
-    assert seen["basic"] and not seen["gpu_pool"], seen
+    # jobs in the sweep's process: the sweep's store process; in a pool's workers: each worker's own
+    # (its first job starts it), none of the sweep's
+    for launcher in ("basic", "pool of 1"):
+        assert seen[launcher] and {parent for _, parent in seen[launcher]} == {sweep_pid[launcher]}, (seen, sweep_pid)
+    parents = {parent for _, parent in seen["pool of 2"]}
+    assert parents and sweep_pid["pool of 2"] not in parents, (seen, sweep_pid)
 
 
 def _background_calls(client: RemoteClient) -> list[tuple[int, int]]:
@@ -372,9 +390,9 @@ def test_a_background_call_stuck_mid_transaction_does_not_hold_up_the_jobs_call(
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux: SCHED_IDLE, /proc")
 def test_a_jobs_end_does_not_wait_for_a_starved_background_batch(tmp_path, monkeypatch):
     """The background process gets no CPU (stopped: what two busy loops do to a SCHED_IDLE process)
-    while the run writer's beat sends a batch through it; the job's end (``RunWriter.end``) stops
-    the beat after that batch, has the store process hurry it and sends the rest itself: it
-    returns, and every value lands once."""
+    while the run writer's beat sends a batch through it; the job's end — its figure posted
+    (``RunWriter.log_later``), then ``RunWriter.end`` — has the store process hurry that batch,
+    stops the beat after it and sends the rest itself: it returns, and every value lands once."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
     service = StoreService()
     service.open(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp")
@@ -389,7 +407,11 @@ def test_a_jobs_end_does_not_wait_for_a_starved_background_batch(tmp_path, monke
         while len(writer._queue) == 2500 and time.monotonic() < deadline:
             time.sleep(0.05)  # the beat (2 s) takes its first batch and sends it to the stopped process
         assert len(writer._queue) == 1500
-        ended = threading.Thread(target=writer.end, args=("FINISHED",), daemon=True)
+
+        def job_end() -> None:  # as finish does: the figure posted first, then the run closed
+            writer.log_later("telemetry.png", plot.log_figure, plot.FigureData.of(_telemetry()), "job")
+            writer.end("FINISHED")
+        ended = threading.Thread(target=job_end, daemon=True)
         ended.start()
         ended.join(60)
         assert not ended.is_alive() and background not in _children(service.proc.pid)
@@ -398,5 +420,6 @@ def test_a_jobs_end_does_not_wait_for_a_starved_background_batch(tmp_path, monke
         steps = [m.step for m in real.get_metric_history(writer.run_id, names.TRAIN_LOSS)]
         assert sorted(steps) == list(range(1, 2501))
         assert real.get_run(writer.run_id).info.status == "FINISHED"
+        assert [f.path for f in real.list_artifacts(writer.run_id)] == ["telemetry.png"]
     finally:
         service.close()

@@ -89,9 +89,12 @@ def current() -> Launcher:
 
 def runs_jobs_in_this_process(config) -> bool:
     """Whether the Hydra launcher of ``config`` (a sweep's config, with its ``hydra`` node) runs
-    the sweep's jobs in the sweep's process, one after another: Hydra's basic launcher; not a
-    pool's, Slurm's or submitit's."""
-    return str(config.hydra.launcher.get("_target_", "")).endswith(".BasicLauncher")
+    the sweep's jobs in the sweep's process, one after another: Hydra's basic launcher, and the
+    joblib launcher at ``n_jobs=1`` (joblib then runs them in the calling process); not a pool's
+    workers, Slurm's or submitit's."""
+    launcher = config.hydra.launcher
+    target = str(launcher.get("_target_", ""))
+    return target.endswith(".BasicLauncher") or ("joblib" in target and launcher.get("n_jobs") == 1)
 
 
 def _positive(n: int) -> int:

@@ -20,6 +20,7 @@ from sweeps.tracking.store_service import StoreService
 log = logging.getLogger("sweeps")
 _services: dict[str, StoreService] = {}  # tracking URI → its store process (one per URI per process)
 _spare: list[StoreService] = []  # started by prestart(), not yet told which store to open
+_tried: list[bool] = []  # a store process was started (or tried): start() starts no other one
 
 
 def prestart(argv: list[str]) -> None:
@@ -34,12 +35,21 @@ def prestart(argv: list[str]) -> None:
     raises."""
     if _spare or _services or "mlflow" in sys.modules or not _runs_jobs(argv):
         return
+    service = _launch()
+    if service is not None:
+        _spare.append(service)
+
+
+def _launch() -> StoreService | None:
+    """A new store process; None where none can start."""
+    _tried.append(True)
     try:
-        _spare.append(StoreService())
+        service = StoreService()
     except (OSError, ValueError) as e:  # no fork (memory), no pass_fds (not POSIX)
         log.warning("MLflow: no store process (%s); this process opens the store itself", e)
-        return
+        return None
     atexit.register(stop)
+    return service
 
 
 def _runs_jobs(argv: list[str]) -> bool:
@@ -67,16 +77,24 @@ def discard_spare() -> None:
 
 
 def start(uri: str, experiment: str) -> None:
-    """Have the store process started by :func:`prestart` open the store at ``uri`` (experiment
-    ``experiment`` first). Without one (a pool worker, tests calling the job directly) the job
-    opens the store itself, as it does for a second ``uri``.
+    """Have this process's store process open the store at ``uri`` (experiment ``experiment``
+    first): the one :func:`prestart` started, or one started now in a process that runs jobs it
+    was not started for and has not imported mlflow — a pool worker (joblib, ``gpu_pool``) or a
+    Slurm job at its first job; its imports then overlap the job's import of torch, and its jobs'
+    MLflow ingestion leaves the training's process as a one-job command's does (in a worker's own
+    client, a writer thread at the lowest priority held the GIL through it: docs/benchmarks.md,
+    "Pool workers"). Otherwise (tests that hold a client, a second ``uri``) the job opens the
+    store itself.
 
     Raises:
         UsageError: the process had died and this process cannot open the store either.
     """
-    if uri in _services or not _spare:
+    if uri in _services:
         return
-    service = _spare.pop()
+    if _spare:
+        service = _spare.pop()
+    elif _services or _tried or "mlflow" in sys.modules or (service := _launch()) is None:
+        return  # one store process a process (a failed start is not tried again at every job)
     service.open(uri, experiment)
     _services[uri] = service
 
@@ -102,6 +120,7 @@ def opened(uri: str, experiment: str) -> tuple[RemoteClient, str] | None:
 
 def stop() -> None:
     """End every store process of this process (at exit; tests). Idempotent."""
+    _tried.clear()
     while _spare:
         _spare.pop().close()
     while _services:

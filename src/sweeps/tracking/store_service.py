@@ -143,10 +143,7 @@ class StoreService:
         """
         low = priority.lowered()
         request = (LOW if low else NORMAL) + pickle.dumps((kind, name, args, kwargs), pickle.HIGHEST_PROTOCOL)
-        if not self._lock.acquire(timeout=HURRY_AFTER_S):
-            if not low:  # most likely a background batch the store process answers at the lowest priority
-                self.say_hurry()
-            self._lock.acquire()
+        self._acquire(low)
         try:
             self._collect()
             if self._local is None:
@@ -171,7 +168,8 @@ class StoreService:
             pickle.PicklingError, TypeError, AttributeError: an argument that does not pickle.
         """
         request = NORMAL + pickle.dumps((kind, name, args, kwargs), pickle.HIGHEST_PROTOCOL)
-        with self._lock:
+        self._acquire(low=False)
+        try:
             self._collect()
             if self._local is None:
                 try:
@@ -181,6 +179,17 @@ class StoreService:
                 except OSError as e:
                     self._died(type(e).__name__)
             self._done(what, self._answer_here(request))
+        finally:
+            self._lock.release()
+
+    def _acquire(self, low: bool) -> None:
+        """Take the pipe; a caller that is not lowered and waits past :data:`HURRY_AFTER_S` (most
+        likely behind a background batch the store process answers at the lowest priority, which
+        a busy machine starves) tells the store process to hurry (:meth:`say_hurry`)."""
+        if not self._lock.acquire(timeout=HURRY_AFTER_S):
+            if not low:
+                self.say_hurry()
+            self._lock.acquire()
 
     def _collect(self) -> None:
         """Read the answers of the posted calls, in order (the lock held); a call whose answer
@@ -215,8 +224,11 @@ class StoreService:
 
     def settle(self) -> None:
         """Wait for the posted calls' answers (:meth:`post`)."""
-        with self._lock:
+        self._acquire(low=False)
+        try:
             self._collect()
+        finally:
+            self._lock.release()
 
     @staticmethod
     def _done(what: str, answer: tuple) -> None:
