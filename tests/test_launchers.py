@@ -40,6 +40,26 @@ def test_error_exit_status_and_skips_come_from_mlflow(tmp_path):
     assert "1 job(s) skipped" in again.stdout  # mlp was done (ok); broken ran again
 
 
+@pytest.mark.parametrize("overrides, here", [
+    ([], True),  # Hydra's basic launcher
+    (["hydra/launcher=gpu_pool", "hydra.launcher.n_jobs=1"], True),  # joblib runs n_jobs=1 in the caller
+    (["hydra/launcher=gpu_pool"], False),  # n_jobs=2: loky workers
+    (["hydra/launcher=joblib"], False),
+    (["hydra/launcher=submitit_local"], False),
+])
+def test_a_sweep_keeps_its_store_process_only_where_its_jobs_run_in_its_process(overrides, here):
+    """The sweep's process gives its store process back (``store_processes.discard_spare``) unless
+    its launcher runs the jobs there; a pool's workers start their own."""
+    from hydra import compose, initialize_config_dir
+
+    import sweeps.config
+
+    sweeps.config.register()
+    with initialize_config_dir(version_base="1.3", config_dir=str(sweeps.config.CONF_DIR)):
+        config = compose("config", overrides=overrides, return_hydra_config=True)
+    assert launchers.runs_jobs_in_this_process(config) is here
+
+
 def test_pool_slots_are_exclusive(monkeypatch):
     monkeypatch.setenv(launchers.POOL_ENV, "2")
     monkeypatch.setattr(gpu_pool, "lock_dir", lambda: tmp)
