@@ -4,9 +4,10 @@ start one (:func:`prestart`, before Hydra composes the config), which store it o
 their end (:func:`discard_spare`, :func:`stop`).
 
 A sweep's process (``-m``) keeps a client of its own for its parent run, and its store process
-answers the jobs that Hydra's basic launcher runs in it. A process that had imported mlflow
-before the command started keeps its own client for everything: tests that hold a client, a pool
-worker (joblib, submitit), a data-parallel rank.
+answers the jobs that Hydra's basic launcher runs in it (and joblib's at ``n_jobs=1``). A pool's
+worker (joblib, submitit) and a Slurm job start one at their first job (:func:`start`). A process
+that had imported mlflow before keeps its own client for everything: tests that hold a client, a
+data-parallel rank.
 """
 from __future__ import annotations
 
