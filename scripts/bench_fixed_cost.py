@@ -43,7 +43,8 @@ ITEMS = [
     ("run open: create run, params, config.yaml, inputs", "launch/job/lifecycle.py", "__enter__"),
     ("training (the task's run)", "sweeps/tasks/train.py", "run"),
     ("close: summary, telemetry, artifacts, status", "launch/job/finish.py", "finish"),
-    ("  of which telemetry.png (posted: drawn where the store is)", "sweeps/tracking/writer.py", "log_later"),
+    ("  of which the last values posted (MLflow ingests them meanwhile)", "sweeps/tracking/writer.py", "send_later"),
+    ("  of which telemetry.png (drawn while the store ingests)", "sweeps/telemetry/plot.py", "render"),
     ("  of which free memory (gc)", "sweeps/train/memory.py", "release_memory"),
 ]
 SCRIPT_004 = """

@@ -55,14 +55,18 @@ def test_a_jobs_store_calls_land_in_the_store_through_its_process(service, caplo
     for epoch in (1, 2, 3):
         writer.log_metrics({names.EPOCH_S: 0.5 * epoch, names.TRAIN_LOSS: 1.0 / epoch}, step=epoch)
     writer.log_text("a,b\n1,2\n", "epochs.csv")
-    # posted: drawn in the store process while this one goes on; one that fails is a warning,
-    # and the answers after it stay in order
+    writer.log_bytes(plot.render(_telemetry(), "mlp b64 cpu"), "telemetry.png")
+    # the job's end posts its queued values (MLflow ingests them while the job goes on); a post the
+    # store refuses is a warning, its values go back on the queue, and the answers after it stay in order
     with caplog.at_level(logging.WARNING, logger="sweeps"):
-        writer.log_later("telemetry.png", plot.log_figure, plot.FigureData.of(_telemetry()), "mlp b64 cpu")
-        RunWriter.attach(client, "0" * 32, reopen=False).log_later("a figure", plot.log_figure, "not data")
+        writer.send_later()
+        gone = RunWriter.attach(client, "0" * 32, reopen=False)
+        gone.log_metrics({names.EPOCH_S: 1.0}, step=1)
+        gone.send_later()
         assert client.get_run(writer.run_id).data.params["batch"] == "64"
     failed = [r.getMessage() for r in caplog.records if "not logged" in r.getMessage()]
-    assert len(failed) == 1 and failed[0].startswith("MLflow: a figure not logged (AttributeError: "), failed
+    assert len(failed) == 1 and failed[0].startswith("MLflow: 1 metric value(s) not logged (MlflowException: "), failed
+    assert [m.key for m in gone._queue] == [names.EPOCH_S]  # sent again by its flush, with retries
     inputs.log_job_data(writer, OmegaConf.create({"name": "diabetes", "root": None}), "generated:diabetes", (10,),
                         354, 88, True)
     mirrored = client.get_run(writer.run_id)  # read back through the process: attributes as MLflow's
@@ -120,8 +124,10 @@ def test_a_store_process_killed_mid_job_loses_nothing(service, caplog):
     writer = RunWriter(client, experiment_id, "job", None, {})
     writer.log_metrics({names.EPOCH_S: 1.0}, step=1)
     writer.flush()
-    # posted, then the process dies before answering it (importing matplotlib): it runs here
-    writer.log_later("telemetry.png", plot.log_figure, plot.FigureData.of(_telemetry()), "job")
+    # posted (5 batches: ~1 s of MLflow's ingestion), then the process dies before answering it,
+    # having committed some of them or none: it runs here, and each value lands once
+    writer.log_series(names.TRAIN_LOSS, [1.0 / i for i in range(1, 5001)])
+    writer.send_later()
     os.kill(service.proc.pid, signal.SIGKILL)
     service.proc.wait(timeout=10)
     with caplog.at_level(logging.WARNING, logger="sweeps"):
@@ -129,8 +135,9 @@ def test_a_store_process_killed_mid_job_loses_nothing(service, caplog):
         writer.set_tags({names.OUTCOME_TAG: names.OK})
         writer.end("FINISHED")  # every call after the death runs in this process, on its own client
     assert sum("store's process ended" in r.getMessage() for r in caplog.records) == 1
-    _assert_whole(MlflowClient(service.uri), writer.run_id)
-    assert [f.path for f in MlflowClient(service.uri).list_artifacts(writer.run_id)] == ["telemetry.png"]
+    real = MlflowClient(service.uri)
+    _assert_whole(real, writer.run_id)
+    assert sorted(m.step for m in real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) == list(range(1, 5001))
 
 
 @pytest.mark.slow  # its own store process: ~2 s of imports (the in-process twin: test_store_and_disk.py)
@@ -388,8 +395,8 @@ def test_a_background_call_stuck_mid_transaction_does_not_hold_up_the_jobs_call(
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux: SCHED_IDLE, /proc")
 def test_a_jobs_end_does_not_wait_for_a_starved_background_batch(tmp_path, monkeypatch):
     """The background process gets no CPU (stopped: what two busy loops do to a SCHED_IDLE process)
-    while the run writer's beat sends a batch through it; the job's end — its figure posted
-    (``RunWriter.log_later``), then ``RunWriter.end`` — has the store process hurry that batch,
+    while the run writer's beat sends a batch through it; the job's end — its queued values posted
+    (``RunWriter.send_later``), then ``RunWriter.end`` — has the store process hurry that batch,
     stops the beat after it and sends the rest itself: it returns, and every value lands once."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
     service = StoreService()
@@ -406,8 +413,9 @@ def test_a_jobs_end_does_not_wait_for_a_starved_background_batch(tmp_path, monke
             time.sleep(0.05)  # the beat (2 s) takes its first batch and sends it to the stopped process
         assert len(writer._queue) == 1500
 
-        def job_end() -> None:  # as finish does: the figure posted first, then the run closed
-            writer.log_later("telemetry.png", plot.log_figure, plot.FigureData.of(_telemetry()), "job")
+        def job_end() -> None:  # as finish does: the queued values posted first, then the figure, then the run closed
+            writer.send_later()
+            writer.log_bytes(plot.render(_telemetry(), "job"), "telemetry.png")
             writer.end("FINISHED")
         ended = threading.Thread(target=job_end, daemon=True)
         ended.start()

@@ -4,15 +4,15 @@ over time, with the training epochs shaded. Host panels only where no GPU was sa
 
 Drawn with matplotlib's Agg canvas on a :class:`matplotlib.figure.Figure` (no pyplot, no display,
 no global state), so jobs that run one after another in one process do not share figures. A job
-draws it from a :class:`FigureData` (picklable) in its store process (:func:`log_figure`), where
-MLflow is imported anyway: the job's process neither imports matplotlib (~0.65 s) nor waits for
-the drawing (~0.35 s) at its end (docs/benchmarks.md, "The telemetry figure off the job's end").
+draws it at its end while its store process ingests its last metric values (matplotlib's import,
+~0.65 s, and the drawing, ~0.35 s, on the other core: docs/benchmarks.md, "The job's end: the
+last values posted").
 """
 from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -40,7 +40,7 @@ ARTIFACT = "telemetry.png"
 
 @dataclass(frozen=True)
 class FigureData:
-    """What the figure draws, as plain values (it pickles: the store process draws it).
+    """What the figure draws, as plain values (a snapshot of a :class:`Telemetry`).
 
     ``columns`` and ``rows`` are :attr:`Telemetry.columns` and ``rows`` (``t_s`` first);
     ``gpus`` the number of GPUs sampled; ``edges`` ``(epoch, first sample's t_s, last sample's
@@ -92,13 +92,6 @@ def render(tel: Drawable, title: str = "") -> bytes:
     buf = io.BytesIO()
     figure(tel, title).savefig(buf, format="png")
     return buf.getvalue()
-
-
-def log_figure(client: Any, run_id: str, tel: Drawable, title: str = "") -> None:
-    """Draw the figure of ``tel`` (at least one sample) and log it to run ``run_id`` as
-    :data:`ARTIFACT` (:meth:`mlflow.MlflowClient.log_figure`). Runs where ``client``'s store is
-    (:func:`sweeps.tracking.store_client.in_store`); raises what drawing or MLflow raise."""
-    client.log_figure(run_id, figure(tel, title), ARTIFACT)
 
 
 def figure(tel: Drawable, title: str = "") -> "Figure":

@@ -1,7 +1,7 @@
 """What a job's code holds of its store process: :class:`RemoteClient`, the
 :class:`mlflow.MlflowClient` methods sweeps calls, answered by the store's process
-(:mod:`sweeps.tracking.store_service`), and :func:`in_store` / :func:`in_store_later`, a sweeps
-function run where a client's store is. Imports neither mlflow nor the pipe's module.
+(:mod:`sweeps.tracking.store_service`), and :func:`in_store`, a sweeps function run where a client's
+store is. Imports neither mlflow nor the pipe's module.
 """
 from __future__ import annotations
 
@@ -39,24 +39,18 @@ class RemoteClient:
         that builds MLflow objects (dataset inputs) where mlflow is imported anyway."""
         return self._service.call("function", f"{fn.__module__}:{fn.__qualname__}", args, kwargs)
 
-    def post(self, what: str, fn: Callable, *args: Any, **kwargs: Any) -> None:
+    def post(self, what: str, fn: Callable, *args: Any, on_error: Callable[[], None] | None = None) -> None:
         """:meth:`run` without waiting for it
-        (:meth:`~sweeps.tracking.store_service.StoreService.post`): a failure is logged as a
-        warning naming ``what`` once its answer is read."""
-        self._service.post(what, "function", f"{fn.__module__}:{fn.__qualname__}", args, kwargs)
+        (:meth:`~sweeps.tracking.store_service.StoreService.post`): once its answer is read, a
+        failure is logged as a warning naming ``what`` and ``on_error()`` is called."""
+        self._service.post(what, "function", f"{fn.__module__}:{fn.__qualname__}", args, {}, on_error)
+
+    def settle(self) -> None:
+        """Wait for the answers of the calls :meth:`post` sent."""
+        self._service.settle()
 
 
 def in_store(client: Any, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """``fn(client, *args, **kwargs)`` where the client's store is: in the store's process for a
     :class:`RemoteClient`, here for an :class:`mlflow.MlflowClient`."""
     return client.run(fn, *args, **kwargs) if getattr(client, "remote", False) else fn(client, *args, **kwargs)
-
-
-def in_store_later(client: Any, what: str, fn: Callable, *args: Any, **kwargs: Any) -> None:
-    """:func:`in_store` without waiting for a :class:`RemoteClient`'s store process to be done
-    (:meth:`RemoteClient.post`; its failure is logged as a warning naming ``what``); with an
-    :class:`mlflow.MlflowClient`, now (raising what ``fn`` raises)."""
-    if getattr(client, "remote", False):
-        client.post(what, fn, *args, **kwargs)
-    else:
-        fn(client, *args, **kwargs)

@@ -126,5 +126,5 @@ def stop() -> None:
         _spare.pop().close()
     while _services:
         service = _services.popitem()[1]
-        service.settle()  # calls posted at a job's end (its telemetry figure) are done before the process goes
+        service.settle()  # calls posted at a job's end (its last metric values) are done before the process goes
         service.close()

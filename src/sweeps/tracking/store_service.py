@@ -9,7 +9,7 @@ store on the second core while the job imports torch and builds its data, and th
 never imports mlflow: every store call — run creation, params, tags, the writer's metric
 batches, artifacts, resume, the summary — is a
 :class:`~sweeps.tracking.store_client.RemoteClient` method call (:meth:`StoreService.call`;
-:meth:`StoreService.post` where the job need not wait) pickled to it over a pipe and answered
+:meth:`StoreService.post` where the job need not wait yet) pickled to it over a pipe and answered
 there by an :class:`mlflow.MlflowClient` (Weights & Biases' service process is the model).
 MLflow's ingestion (~85 µs a value here) then runs off the training process's GIL.
 Each call is answered at its caller's priority: the run writer's background batches (its
@@ -44,7 +44,7 @@ import threading
 from collections import deque
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from sweeps.errors import UsageError
 from sweeps.tracking import priority
@@ -89,7 +89,7 @@ class StoreService:
         self._lock = threading.Lock()  # one call at a time: the job's thread and its writer's share the pipe
         self._local: Any = None  # this process's own client once the store process died
         self._ready: tuple | None = None  # the process's first answer: ("ready", experiment id) or ("usage", text)
-        self._posted: deque[tuple[str, bytes]] = deque()  # (what, request) of posted calls not yet answered, in order
+        self._posted: deque[tuple[str, bytes, Any]] = deque()  # (what, request, on_error) of calls not yet answered
         requests_r, self._requests = os.pipe()
         self._answers, answers_w = os.pipe()
         hurry_r, self._hurry = os.pipe()  # a byte: a call this process waits for is held up (store_process)
@@ -156,12 +156,17 @@ class StoreService:
         finally:
             self._lock.release()
 
-    def post(self, what: str, kind: str, name: str, args: tuple, kwargs: dict) -> None:
+    def post(self, what: str, kind: str, name: str, args: tuple, kwargs: dict,
+             on_error: Callable[[], None] | None = None) -> None:
         """:meth:`call` without waiting for it to be done: the request is sent and its answer read
-        before the next call's (or at :func:`~sweeps.tracking.store_processes.stop`); a failure is
-        then logged as a warning naming ``what``. For work at a job's end that the job need not
-        wait for (the telemetry figure: matplotlib's import and the drawing take ~1 s there while
-        the job builds ``epochs.csv``).
+        before the next call's (or at :meth:`settle`, or
+        :func:`~sweeps.tracking.store_processes.stop`); a failure is then logged as a warning
+        naming ``what`` and ``on_error()`` called. For work at a job's end that the job need not
+        wait for yet (its last metric values: MLflow ingests them, ~1-2 s for a 10,000-epoch job,
+        while the job draws its figure and builds ``epochs.csv``, :meth:`RunWriter.send_later
+        <sweeps.tracking.writer.RunWriter.send_later>`). One request, sent whole: the store
+        process reads it at once (it waits for requests), while a second one would wait in the
+        pipe (64 KiB) for the first to be done, and the caller with it.
         Where the store process is gone, it runs here now. Never raises for the call's own failure.
 
         Raises:
@@ -174,11 +179,11 @@ class StoreService:
             if self._local is None:
                 try:
                     self._out.send_bytes(request)
-                    self._posted.append((what, request))
+                    self._posted.append((what, request, on_error))
                     return
                 except OSError as e:
                     self._died(type(e).__name__)
-            self._done(what, self._answer_here(request))
+            self._done(what, self._answer_here(request), on_error)
         finally:
             self._lock.release()
 
@@ -195,7 +200,7 @@ class StoreService:
         """Read the answers of the posted calls, in order (the lock held); a call whose answer
         the store process died before giving runs here."""
         while self._posted:
-            what, request = self._posted[0]
+            what, request, on_error = self._posted[0]
             if self._local is None:
                 try:
                     answer = self._in.recv()
@@ -208,7 +213,7 @@ class StoreService:
             else:
                 answer = self._answer_here(request)
             self._posted.popleft()
-            self._done(what, answer)
+            self._done(what, answer, on_error)
 
     def _answer_here(self, request: bytes) -> tuple:
         try:
@@ -231,9 +236,11 @@ class StoreService:
             self._lock.release()
 
     @staticmethod
-    def _done(what: str, answer: tuple) -> None:
+    def _done(what: str, answer: tuple, on_error: Callable[[], None] | None = None) -> None:
         if answer[0] != "ok":
             log.warning("MLflow: %s not logged (%s: %s)", what, answer[1], answer[2])
+            if on_error is not None:
+                on_error()
 
     def say_hurry(self) -> None:
         """Tell the store process that a call this process waits for is held up: it ends the

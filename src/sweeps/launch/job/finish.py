@@ -48,9 +48,9 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     """Close ``job`` (a :class:`~sweeps.launch.job.lifecycle.JobRun`) with ``outcome`` and the one-line
     ``error``: job-level metrics (:meth:`Task.summarize` of its records, telemetry), artifacts
     (``epochs.csv``, ``telemetry.csv``/``.png``), checkpoints cleared once done, then the
-    ``outcome``/``error`` tags and the run status. The figure is drawn where the store is (the
-    store process: :meth:`RunWriter.log_later`) while this process builds the tables. Never
-    raises."""
+    ``outcome``/``error`` tags and the run status. The queued metric values are handed to the
+    store process first (:meth:`RunWriter.send_later`): MLflow ingests them while this process
+    draws the figure and builds the tables. Never raises."""
     job.outcome, job.error = outcome, error
     records = job.epochs.records if getattr(job, "epochs", None) is not None else []
     tel = job.telemetry
@@ -68,10 +68,14 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         job.writer.log_metrics({**metrics, **overhead(job, records)})
 
     texts: dict[str, str] = {}  # artifact name → text, built before any store call
+    png: list[bytes] = []
 
-    def figure() -> None:  # first: the store process draws it while this process does the rest
+    def send() -> None:  # first: the store process ingests the last values while this process does the rest
+        job.writer.send_later()
+
+    def figure() -> None:  # matplotlib's import and the drawing, ~1 s, here while the store ingests
         if tel is not None and job.cfg.telemetry.figure and len(tel.rows) >= FIGURE_MIN_SAMPLES:
-            job.writer.log_later(plot.ARTIFACT, plot.log_figure, plot.FigureData.of(tel), job.name)
+            png.append(plot.render(tel, job.name))
 
     def tables() -> None:  # ~0.2 s for 10,000 epochs
         if tel is not None and tel.rows:
@@ -93,13 +97,16 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         job.epochs.close()
         if "epochs.csv" in texts:
             job.writer.log_text(texts["epochs.csv"], "epochs.csv")
+        if png and png[0]:
+            job.writer.log_bytes(png[0], plot.ARTIFACT)
         if outcome in names.DONE:
             job.checkpoints.clear()  # and the folders of this config's earlier, killed runs
             resume.clear_finished(job.cfg.checkpoint.dir, job.config_hash, job.client, job.writer.run_id)
 
-    # this process's own work (the tables, the garbage collection) comes between the figure's post
-    # and the first store call, which waits for the figure: the two overlap on two cores
-    for step in (lambda: tel is not None and tel.stop(), figure, summary, tables, lambda: release_memory(job.device),
+    # this process's own work (the figure, the tables, the garbage collection) comes between the
+    # post of the last metric values and the first store call, which waits for them: the two
+    # overlap on two cores (a 10,000-epoch study 5 job's end: 3.2 s -> 2.2-2.4 s)
+    for step in (lambda: tel is not None and tel.stop(), summary, send, figure, tables, lambda: release_memory(job.device),
                  telemetry, artifacts):
         try:
             step()
