@@ -109,3 +109,22 @@ def test_the_launcher_is_asked_through_one_interface(monkeypatch):
     monkeypatch.setattr(launchers, "_REGISTRY", list(launchers._REGISTRY))
     launchers.register("sweeps_slurm", Mine())
     assert launchers.current().pool_slots() == 7
+
+
+def test_only_a_command_that_exits_after_its_one_job_skips_the_collection_for_a_next_job(tmp_path, monkeypatch):
+    """``release_memory`` (a full garbage collection, the CUDA cache emptied: ~0.2-0.3 s the first
+    time in a process holding torch) is for the next job in the same process. ``python -m sweeps``
+    with one job has none and skips it; :func:`sweeps.run`'s process goes on after the command, and
+    a sweep's jobs follow one another in it: they collect."""
+    from sweeps.launch.cli import command
+    from sweeps.launch.job import finish
+
+    freed: list = []
+    monkeypatch.setattr(finish, "release_memory", lambda device=None: freed.append(device))
+    entry = command.cli
+    for exits, args, jobs_freed in ((True, ONE_JOB, 0), (False, ONE_JOB, 1), (True, ["-m", *ONE_JOB, "seed=1,2"], 2)):
+        freed.clear()
+        monkeypatch.setattr(command, "cli", lambda early=None, e=exits: entry(early, process_exits=e))
+        proc = cli_in_process([*args, "device=cpu"], tmp_path / f"{exits}{len(args)}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert len(freed) == jobs_freed, (exits, args)

@@ -28,7 +28,7 @@ def main() -> None:
         signal.signal(s, _noted_early)  # until the CLI installs the sweep's own handlers
     from sweeps.launch.cli.command import cli
 
-    cli(early=_EARLY)
+    cli(early=_EARLY, process_exits=True)
 
 
 if __name__ == "__main__":

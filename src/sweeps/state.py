@@ -26,6 +26,8 @@ class ProcessState:
     - ``sweep``: the running sweep's parent_run_id, tracking_uri, swept_keys ({} outside one);
     - ``planned_jobs``: how many jobs the running sweep will launch (None: a single run; 0: not
       known in advance);
+    - ``exits_after_command``: the process ends with this command (``python -m sweeps``, not
+      :func:`sweeps.run`): a single run's job leaves nothing for a next one to be freed of;
     - ``signals``: SIGINT/SIGTERM numbers received since the handlers were installed, in order;
     - ``cuda_lost``: the one line of a sticky CUDA error ("" while the CUDA context is fine);
     - ``cuda_contexts``: CUDA indices (this process's numbering) where a job made a context;
@@ -38,6 +40,7 @@ class ProcessState:
     last_sweep: dict[str, str] = field(default_factory=dict)
     sweep: dict[str, str] = field(default_factory=dict)
     planned_jobs: int | None = None
+    exits_after_command: bool = False
     signals: list[int] = field(default_factory=list)
     cuda_lost: str = ""
     cuda_contexts: set[int] = field(default_factory=set)

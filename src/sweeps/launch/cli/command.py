@@ -103,14 +103,16 @@ def _job_process_died(exc: BaseException) -> None:
     sys.exit(1)
 
 
-def cli(early: list[int] | None = None) -> None:
+def cli(early: list[int] | None = None, process_exits: bool = False) -> None:
     """Entry point: exit 1 when any job ended in ``error`` (after every job has run); exit 2 with
     one line for bad input (a composition error included); on SIGINT or SIGTERM close the runs as
     KILLED, flush the logs and exit 130 or 143 — also for a signal in ``early`` (noted while this
     module was importing, :mod:`sweeps.__main__`; the list is read after this call's own handlers
-    are in, so none is lost). Each call starts from a fresh process state
-    (:func:`sweeps.state.begin_command`): no counts, last job or signals of an earlier command."""
-    state.begin_command()
+    are in, so none is lost). ``process_exits``: the process ends with this call (``python -m
+    sweeps``; :attr:`sweeps.state.ProcessState.exits_after_command`). Each call starts from a
+    fresh process state (:func:`sweeps.state.begin_command`): no counts, last job or signals of an
+    earlier command."""
+    state.begin_command().exits_after_command = process_exits
     signals.install()
     if early:  # nothing has started: no parent run to close, the one line and 130/143
         _interrupted(signals.name(early[0]))
