@@ -178,7 +178,7 @@ class RunWriter:
         once). With an in-process client, nothing: :meth:`flush` sends them."""
         if not getattr(self.client, "remote", False):
             return
-        self._hold(at_once=True)
+        self._hold()
         try:
             queued = self._queue[:]
             del self._queue[:len(queued)]
@@ -191,11 +191,11 @@ class RunWriter:
     def _requeue(self, values: list[Metric]) -> None:
         self._queue[:0] = values
 
-    def _hold(self, at_once: bool = False) -> None:
-        """Take the sending lock; past :data:`~sweeps.tracking.store_service.HURRY_AFTER_S` (at
-        once where ``at_once``: the job's end) behind the beat's batch, have the beat stop after
-        it and the store process hurry it."""
-        if not self._lock.acquire(timeout=0 if at_once else HURRY_AFTER_S):
+    def _hold(self) -> None:
+        """Take the sending lock; past :data:`~sweeps.tracking.store_service.HURRY_AFTER_S` behind
+        the beat's batch, have the beat stop after it and the store process hurry it (which ends
+        its background process: the next background batch starts another, ~2 s of imports)."""
+        if not self._lock.acquire(timeout=HURRY_AFTER_S):
             self._yield = True  # the beat stops between batches
             getattr(self.client, "hurry", lambda: None)()
             self._lock.acquire()
