@@ -107,13 +107,15 @@ class RunWriter:
         :data:`~sweeps.tracking.store_service.HURRY_AFTER_S` (on a machine whose cores other
         programs keep busy, the lowest priority gets next to no CPU) has the beat stop after it
         and the store process hurry it (:meth:`~sweeps.tracking.store_client.RemoteClient.hurry`),
-        then sends the rest at its own priority. Never raises."""
+        then sends the rest at its own priority. A whole flush first reads the answer to
+        :meth:`send_later`'s request (values it was refused are sent here). Never raises."""
         if most is not None:
             self._lock.acquire()
         else:
             self._hold()
-            getattr(self.client, "settle", lambda: None)()  # a posted send refused re-queues its values
         try:
+            if most is None:
+                getattr(self.client, "settle", lambda: None)()  # a posted send refused re-queues its values
             left = len(self._queue) if most is None else most
             while self._queue and (most is None or (left > 0 and not self._yield and not self._closed)):
                 chunk = self._queue[:BATCH if most is None else min(BATCH, left)]
@@ -183,8 +185,12 @@ class RunWriter:
             queued = self._queue[:]
             del self._queue[:len(queued)]
             if queued:  # plain tuples: they pickle ~10x faster than the entities' own reduce
-                self.client.post(f"{len(queued)} metric value(s)", log_batches, self.run_id,
-                                 [tuple(m) for m in queued], on_error=lambda: self._requeue(queued))
+                try:
+                    self.client.post(f"{len(queued)} metric value(s)", log_batches, self.run_id,
+                                     [tuple(m) for m in queued], on_error=lambda: self._requeue(queued))
+                except BaseException:  # not sent (a signal while it was written): the last flush sends them
+                    self._requeue(queued)
+                    raise
         finally:
             self._lock.release()
 
