@@ -109,7 +109,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
 
     # this process's own work (the figure, the tables, the garbage collection) comes between the
     # post of the last metric values and the first store call, which waits for them: the two
-    # overlap on two cores (a 10,000-epoch study 5 job's end: 3.2 s -> 2.2-2.4 s)
+    # overlap on two cores (a 10,000-epoch study 5 job's end: 3.2 s -> 1.8-2.6 s, docs/benchmarks.md)
     for step in (lambda: tel is not None and tel.stop(), summary, send, figure, tables, free, telemetry, artifacts):
         try:
             step()
