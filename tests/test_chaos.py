@@ -17,18 +17,19 @@ from conftest import REPO, TEST_CONF, StartedCli, run_cli, runs
 from sweeps import names
 
 
-# 10 faults of seed 2311's plan (docs/benchmarks.md lists them): each one that once found a
-# product fault (8 and 21: a Ctrl-C storm as the sweep exits; 10: SIGINTs while the store is
-# created; 15: a SIGTERM inside torch.save; 20: resuming onto an immutable journal) and every kind
-# injected (sigkill 1, ro_journal live 2, mlflow_server 13, sigkill_job 16, disk_full 18). 20
-# faults took 378 s and 13 faults 600-770 s beside the offline MNIST preset, which put CI over
-# its 25 minutes: those left out are 4 MNIST sweeps and 6 tabular ones of kinds already here
-# (0, 5, 9 most recently: a SIGINT burst, a disk that did not fill, SIGTERMs); scripts/chaos.py
-# runs any number.
-FAULTS = ["1", "2", "8", "10", "13", "15", "16", "18", "20", "21"]
+# 6 faults of seed 2311's plan (docs/benchmarks.md lists them), each of a kind that once found a
+# product fault or has no test of its own: 21 (a Ctrl-C storm as the sweep exits), 15 (a SIGTERM
+# inside torch.save), 20 (resuming onto an immutable journal), 1 (SIGKILL of the sweep), 2 (a
+# journal made immutable mid-job), 18 (a disk that fills, MNIST). CI's whole run must stay under
+# 25 minutes on a slow 2-core VM (10 faults took 626 s of it on 2026-11-26). Those left out have a
+# test of their own: 8 (a Ctrl-C storm like 21; test_nothing_lost has one too), 10 a SIGINT
+# while the store is created (test_job_context), 13 a server killed and restarted
+# (test_writer_process, test_tracking_server), 16 a job process killed (the test below);
+# scripts/chaos.py runs any number, of every kind.
+FAULTS = ["1", "2", "15", "18", "20", "21"]
 
 
-@pytest.mark.slow  # ~5-10 min on 2 cores: 10 real sweeps, each faulted, rerun and checked
+@pytest.mark.slow  # ~3-6 min on 2 cores: 6 real sweeps, each faulted, rerun and checked
 def test_chaos_run_finds_no_violation(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))}
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "chaos.py"), "--seed", "2311",
@@ -39,7 +40,7 @@ def test_chaos_run_finds_no_violation(tmp_path):
     injected = re.search(r"^faults injected: (\d+) \((.*)\)$", out, re.M)
     assert injected, out[-2000:]
     kinds = dict(part.rsplit(" ", 1) for part in injected.group(2).split(", "))
-    assert int(injected.group(1)) >= 7 and len(kinds) >= 6, out[-2000:]  # a few land after their sweep ended
+    assert int(injected.group(1)) >= 4 and len(kinds) >= 4, out[-2000:]  # a few land after their sweep ended
     assert int(re.search(r"^invariants checked: (\d+)$", out, re.M).group(1)) > len(FAULTS) * 20
 
 

@@ -40,6 +40,7 @@ def _schema(db: Path) -> tuple[list, list]:
         conn.close()
 
 
+@pytest.mark.slow  # MLflow's own creation and the template's, both migrating: ~3 s
 def test_a_new_store_has_the_schema_mlflow_migrates_to_first_built_then_copied(tmp_path, cache):
     by_mlflow = tmp_path / "mlflow.db"
     MlflowClient(f"sqlite:///{by_mlflow}").search_experiments()  # MLflow's own creation path

@@ -265,12 +265,11 @@ def test_marking_a_stale_run_killed_replays_its_journal_first_exactly_once(tmp_p
     reach the run before it is closed, each once, however often the store is opened again."""
     import json
 
-    from mlflow import MlflowClient
-
     from sweeps.tracking import resume
     from sweeps.tracking.epochs import JOURNAL
+    from sweeps.tracking.store import open_client
 
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("stale")
     run_id = _stale_run(client, experiment, "h1")
     records = [{"epoch": e, "train/loss": 1.0 / e, "time/epoch_s": 0.1 * e} for e in range(1, 6)]
@@ -291,11 +290,10 @@ def test_marking_a_stale_run_killed_replays_its_journal_first_exactly_once(tmp_p
 def test_a_config_that_ends_done_removes_its_killed_runs_folders(tmp_path):
     """A killed run's checkpoints and journal stay until a later run of the same config ends ok;
     then they go. A folder whose run is still RUNNING (another process) stays."""
-    from mlflow import MlflowClient
-
     from sweeps.tracking import resume
+    from sweeps.tracking.store import open_client
 
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("clear")
     killed = client.create_run(experiment).info.run_id
     client.set_terminated(killed, "KILLED")

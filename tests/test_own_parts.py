@@ -42,6 +42,7 @@ def _lines(proc) -> list[str]:
     return [line for line in proc.stderr.splitlines() if line.startswith("sweeps: error:")]
 
 
+@pytest.mark.slow  # 2 jobs, the report, sweeps.results and a rerun: ~6 s; the default run keeps the user-code tests below
 def test_the_example_folder_runs_as_a_users_sweep_and_reads_back(tmp_path, user_folder, monkeypatch):
     """examples/own_model as a user runs it: their 1-D CNN, sequence dataset class, RMSprop from
     their YAML and their preset — both jobs ok, the runs named by their options, the report's

@@ -152,14 +152,12 @@ def test_a_store_locked_longer_than_sqlites_default_wait_is_waited_for_quietly(t
     import threading
     import time
 
-    from mlflow import MlflowClient
-
-    from sweeps.tracking.store import quiet_sqlite
+    from sweeps.tracking.store import open_client, quiet_sqlite
     from sweeps.tracking.writer import RunWriter
 
     quiet_sqlite()  # as store.prepare does before the first connection
     db = tmp_path / "mlflow.db"
-    client = MlflowClient(f"sqlite:///{db}")
+    client = open_client(f"sqlite:///{db}")
     experiment = client.create_experiment("locked")
     writer = RunWriter(client, experiment, "run", None, {})
     holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)

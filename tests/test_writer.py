@@ -11,13 +11,14 @@ from mlflow.exceptions import MlflowException
 
 from conftest import runs, store
 from sweeps import names
+from sweeps.tracking.store import open_client
 from sweeps.tracking import writer as writer_mod
 from sweeps.tracking.epochs import EpochLog, read_journal
 from sweeps.tracking.writer import RunWriter
 
 
 def _client(tmp_path) -> tuple[MlflowClient, str]:
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")  # a new store as a job makes it
     return client, client.create_experiment("w")
 
 

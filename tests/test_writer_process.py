@@ -16,6 +16,7 @@ from mlflow import MlflowClient
 
 from conftest import runs, store
 from sweeps import names
+from sweeps.tracking.store import open_client
 from sweeps.tracking import relay
 from sweeps.tracking.epochs import EpochLog, read_journal
 from sweeps.tracking.writer import RunWriter
@@ -32,7 +33,7 @@ def handoff(monkeypatch):
 
 
 def _run(tmp_path) -> tuple[MlflowClient, RunWriter]:
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")  # a new store as a job makes it
     return client, RunWriter(client, client.create_experiment("w"), "job", None, {})
 
 
