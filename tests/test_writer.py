@@ -18,6 +18,7 @@ from sweeps.tracking.writer import RunWriter
 
 
 def _client(tmp_path) -> tuple[MlflowClient, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")  # a new store as a job makes it
     return client, client.create_experiment("w")
 

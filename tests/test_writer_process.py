@@ -33,6 +33,7 @@ def handoff(monkeypatch):
 
 
 def _run(tmp_path) -> tuple[MlflowClient, RunWriter]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")  # a new store as a job makes it
     return client, RunWriter(client, client.create_experiment("w"), "job", None, {})
 
