@@ -7,6 +7,8 @@ import os
 import signal
 from collections import Counter
 
+import pytest
+
 from conftest import TEST_CONF, cli_in_process
 from hydra.core.hydra_config import HydraConfig
 
@@ -111,6 +113,7 @@ def test_the_launcher_is_asked_through_one_interface(monkeypatch):
     assert launchers.current().pool_slots() == 7
 
 
+@pytest.mark.slow  # four in-process jobs: ~5 s
 def test_only_a_command_that_exits_after_its_one_job_skips_the_collection_for_a_next_job(tmp_path, monkeypatch):
     """``release_memory`` (a full garbage collection, the CUDA cache emptied: ~0.2-0.3 s the first
     time in a process holding torch) is for the next job in the same process. ``python -m sweeps``
