@@ -69,6 +69,7 @@ def test_a_bad_target_is_one_line(in_process, overrides, says):
     assert says in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.slow  # three in-process jobs, one killed and resumed: ~4 s
 def test_a_killed_and_resumed_job_times_its_target_like_an_uninterrupted_one(in_process, tmp_path, monkeypatch):
     """A Ctrl-C in epoch 3, then the rerun resumes: ``target/epochs`` equals an uninterrupted
     run's with the same seed, and ``time/to_target_s`` sums every epoch up to it once — the time
