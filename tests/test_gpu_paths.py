@@ -123,6 +123,7 @@ def _lower_recompile_limit(monkeypatch, limit: int) -> None:
     monkeypatch.setattr(config, "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit", limit)
 
 
+@pytest.mark.slow  # two compiled in-process jobs: ~4 s
 def test_every_compiled_job_of_a_sweep_runs_compiled(in_process, monkeypatch, tmp_path):
     """Two compiled jobs at two batch sizes in one process (as a sweep runs them). Dynamo's
     recompile limit is lowered from 8 to 2 so two tiny jobs reach it (2 graphs a job: training and

@@ -175,6 +175,7 @@ def test_a_store_failing_while_the_sweep_closes_is_one_line_and_exit_1(tmp_path,
     assert len(jobs) == 2 and {r.data.tags["outcome"] for r in jobs} == {"ok"}  # the jobs' runs stand
 
 
+@pytest.mark.slow  # a 4-job in-process sweep: ~4-5 s
 def test_each_job_of_a_sweep_is_composed_once_and_runs_its_own_config(tmp_path, monkeypatch):
     """Hydra composes a basic sweep's jobs in the whole-sweep check, again in its sweeper's
     validate_batch_is_legal and again in the launcher; the later two take a copy of the check's
