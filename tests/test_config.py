@@ -61,6 +61,9 @@ def test_every_option_composes(options):
             assert {f.name for f in dataclasses.fields(OWN_KEYS[group])} - {"base_lr"} <= set(cfg[group]), where
             assert "_target_" in cfg[group] and (cfg[group]._target_ or group == "loss"), where
     OmegaConf.to_container(cfg, resolve=False)  # the whole tree is well formed
+
+
+def test_the_option_rounds_take_every_option_once():
     assert sorted(o for rnd in _option_rounds() for o in rnd) == sorted(o for o in OPTIONS if o[0] != "experiment")
 
 

@@ -141,6 +141,6 @@ def figure(tel: Drawable, title: str = "") -> "Figure":
     fig.suptitle("\n".join(filter(None, [title, f"telemetry: {what}, every {tel.interval_s:g} s"])),
                  fontsize="medium")
     # fixed margins in inches (title and epoch numbers above, the x label below, y labels of up
-    # to 6 digits left): tight_layout measured every text to find them, ~30 % of a job's figure
+    # to 6 digits left): tight_layout measured every text to find them, 10-30 % of a job's figure
     fig.subplots_adjust(left=0.85 / 10, right=1 - 0.2 / 10, top=1 - 0.8 / height, bottom=0.55 / height, hspace=0.22)
     return fig
