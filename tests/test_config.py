@@ -63,6 +63,31 @@ def test_every_option_composes(options):
     OmegaConf.to_container(cfg, resolve=False)  # the whole tree is well formed
 
 
+def test_hydra_copies_its_config_sources_but_shares_the_config_store():
+    """Hydra copies its config repository for every composition (126 times for ``--help``);
+    sweeps makes the copies share the ConfigStore instead of copying every stored schema
+    (sweeps.config.schema). The copy's source list is still its own, and a schema a user's code
+    stores after that copy was made is composed."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+
+    store = ConfigStore.instance()
+    with initialize_config_dir(config_dir=str(config.CONF_DIR), version_base="1.3"):
+        repository = GlobalHydra.instance().hydra.config_loader.repository
+        copied = copy.deepcopy(repository)
+        assert copied.sources is not repository.sources
+        assert [(type(s), s.path) for s in copied.sources] == [(type(s), s.path) for s in repository.sources]
+        assert all(a is not b for a, b in zip(copied.sources, repository.sources))
+        assert copied.get_schema_source().store is store  # not a copy of every schema
+        assert "model" not in store.repo  # the options of group model are files
+        store.store(group="model", name="late", node={"_target_": "torch.nn.Identity", "x": 3})
+        try:
+            assert copied.load_config("model/late").config.x == 3
+            assert compose("config", overrides=["model=late"]).model.x == 3
+        finally:
+            del store.repo["model"]
+
+
 def test_the_option_rounds_take_every_option_once():
     assert sorted(o for rnd in _option_rounds() for o in rnd) == sorted(o for o in OPTIONS if o[0] != "experiment")
 
