@@ -79,6 +79,8 @@ def test_hydra_copies_its_config_sources_but_shares_the_config_store():
         assert [(type(s), s.path) for s in copied.sources] == [(type(s), s.path) for s in repository.sources]
         assert all(a is not b for a, b in zip(copied.sources, repository.sources))
         assert copied.get_schema_source().store is store  # not a copy of every schema
+        snapshot, snapshot_repository = copy.deepcopy([store, repository])  # as Singleton.get_state() copies
+        assert snapshot is not store and snapshot_repository.get_schema_source().store is snapshot
         assert "model" not in store.repo  # the options of group model are files
         store.store(group="model", name="late", node={"_target_": "torch.nn.Identity", "x": 3})
         try:

@@ -113,11 +113,13 @@ class Config:
 
 
 def _copy_sharing_the_store(source: ConfigSource, memo: dict) -> ConfigSource:
-    """A deep copy of a config source, except the ConfigStore singleton it may hold: shared."""
+    """A deep copy of a config source that shares the ConfigStore it may hold — unless that store
+    was already copied in the same deep copy (``Singleton.get_state()`` copies the store, then
+    the sources: its snapshot stays one consistent set, as with Hydra's own copy)."""
     new = memo[id(source)] = copy.copy(source)
     for key, value in vars(source).items():
-        if not isinstance(value, ConfigStore):
-            setattr(new, key, copy.deepcopy(value, memo))
+        shared = isinstance(value, ConfigStore) and id(value) not in memo
+        setattr(new, key, value if shared else copy.deepcopy(value, memo))
     return new
 
 
@@ -129,9 +131,11 @@ def _share_the_store_in_copies() -> None:
     once per composition, and 126 times for ``--help`` (its group listing: 1.3-1.8 of --help's
     2.1-2.7 s there). The copy is only there so that re-initialising its sources leaves the
     original's list alone (``CachingConfigRepository``); nothing changes the store through a
-    source. Set on the base class: Hydra's plugin scan re-executes the module of the structured
-    source, so a method set on that class would be lost. Idempotent; a Hydra whose sources
-    already define their own copy is left as it is."""
+    source. A copy of the whole Singleton state (``Singleton.get_state()``, which launchers send
+    to their workers) still copies the store once and points the copied sources at that copy.
+    Set on the base class: Hydra's plugin scan re-executes the module of the structured source,
+    so a method set on that class would be lost. Idempotent; a Hydra whose sources already
+    define their own copy is left as it is."""
     if getattr(ConfigSource, "__deepcopy__", _copy_sharing_the_store) is _copy_sharing_the_store:
         ConfigSource.__deepcopy__ = _copy_sharing_the_store
 
