@@ -115,7 +115,9 @@ class Config:
 def _copy_sharing_the_store(source: ConfigSource, memo: dict) -> ConfigSource:
     """A deep copy of a config source that shares the ConfigStore it may hold — unless that store
     was already copied in the same deep copy (``Singleton.get_state()`` copies the store, then
-    the sources: its snapshot stays one consistent set, as with Hydra's own copy)."""
+    the sources: its snapshot stays one consistent set, as with Hydra's own copy). That relies on
+    the store coming first in ``Singleton._instances`` — made when Hydra is imported, before any
+    source — which tests/test_config.py checks through a copy of ``[store, repository]``."""
     new = memo[id(source)] = copy.copy(source)
     for key, value in vars(source).items():
         shared = isinstance(value, ConfigStore) and id(value) not in memo
