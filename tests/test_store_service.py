@@ -252,13 +252,13 @@ def _background_calls(client: RemoteClient) -> list[tuple[int, int]]:
 
     def lowered_caller() -> None:
         priority.lowest(threading.get_native_id())
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # SCHED_IDLE: the other test worker may keep both cores busy for minutes
         while (not seen or seen[-1][0] != os.SCHED_IDLE) and time.monotonic() < deadline:
             seen.append(tuple(client.run(thread_probe.scheduling)))
             time.sleep(0.05)
     caller = threading.Thread(target=lowered_caller)
     caller.start()
-    caller.join(90)
+    caller.join(200)
     return seen
 
 
@@ -319,7 +319,7 @@ def test_the_store_process_answers_each_call_at_its_callers_priority(tmp_path, m
         cpu = {tid: _cpu_s(tid, tid) for tid in (pid, background)}
         writer.log_series(names.TRAIN_LOSS, [1.0 / i for i in range(1, 2001)])
         real = MlflowClient(service.uri)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # answered under SCHED_IDLE: bounded, however busy the cores
         while len(real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) < 2000 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert len(real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) == 2000
@@ -367,7 +367,7 @@ def test_a_background_call_stuck_mid_transaction_does_not_hold_up_the_jobs_call(
             held.append(tuple(client.run(thread_probe.hold_the_store, str(db), run_id, "held")))
         caller = threading.Thread(target=background_call, daemon=True)
         caller.start()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # the background process runs under SCHED_IDLE: bounded, however busy
         while not _write_locked(db) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _write_locked(db)  # the background process is stuck mid-transaction
