@@ -7,6 +7,7 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
     # study5-every-epoch: study 5 with mlflow.log_every_epochs=1 (the preset's 10 undone), for comparison
     # study5-threads1, study5-threads2: study 5 with device.threads=1 or 2 (job and hand loop alike)
     # study5-extra --extra KEY=VALUE ...: study 5 with these overrides on top of the preset
+    # --study4-glibc-default: study 4 also with device.malloc_trim_mb=null (glibc's own heap), for comparison
 
 - study 5 (``+experiment=tabular_cpu_vs_gpu device=cpu dataset.train_size=1000``: the 13-16-32-16-1
   regressor, Adam 0.01, full batch, CPU): the marginal cost of an epoch, (wall of N epochs − wall
@@ -198,29 +199,44 @@ def bare_loop_study4(root: Path, epochs: int) -> tuple[list[float], float]:
     return times, eval_s
 
 
-def study4(repeats: int, epochs: int = 10) -> None:
+def _study4_job(args: list[str], cwd: Path) -> tuple[float, dict, list[float], float]:
+    """One study-4 job in ``cwd``: (process wall s, the run's metrics, its ``time/epoch_s`` series,
+    its evaluations' total s)."""
+    cwd.mkdir()
+    wall, client = sweeps_job(args, cwd)
+    run = last_run(client, "mnist_devices")
+    series = [x.value for x in sorted(client.get_metric_history(run.info.run_id, "time/epoch_s"), key=lambda x: x.step)]
+    job_eval = sum(x.value for x in client.get_metric_history(run.info.run_id, "time/eval_s"))
+    return wall, run.data.metrics, series, job_eval
+
+
+GLIBC_DEFAULT = "device.malloc_trim_mb=null"  # the job with glibc's own heap thresholds (sweeps.train.host_heap)
+
+
+def study4(repeats: int, epochs: int = 10, glibc_default: bool = False) -> None:
     """Study 4's figures: the bare loop runs right before and right after each repeat's job (the
     mean of its two medians: this VM's speed drifts by 10-20 % between minutes), and the job's
     per-epoch series is printed, so that what its first epochs share the cores with (the store
-    process importing mlflow and opening the store, ~3 s of CPU) shows beside the steady epochs."""
+    process importing mlflow and opening the store, ~3 s of CPU) shows beside the steady epochs.
+    ``glibc_default``: each repeat also runs the job with :data:`GLIBC_DEFAULT` (the two jobs'
+    order alternating between repeats), the reason the job was 5-12 % slower before it kept its
+    heap (docs/benchmarks.md, "Study 4's missing 5-12 %: the host heap")."""
     print(f"\n## study 4: MNIST MLP 784-1000-1000-10, batch 100, CPU, {epochs} epochs (10,000 real digits per epoch)")
     if not MNIST_RAW.is_dir():
         print(f"skipped: {MNIST_RAW} is not here")
         return
-    epoch_ratio, steady_ratio, wall_ratio = [], [], []
+    epoch_ratio, steady_ratio, wall_ratio, default_ratio, kept_ratio = [], [], [], [], []
     for r in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
             root = mnist_root(Path(tmp))
             args = ["+experiment=mnist_devices", "device=cpu", f"dataset.root={root}", f"epochs={epochs}",
                     "dataset.if_missing=stop"]
+            variants = [[], [GLIBC_DEFAULT]] if glibc_default else [[]]
             bare_before, eval_before = bare_loop_study4(root, epochs)
-            wall, client = sweeps_job(args, Path(tmp))
+            jobs = {tuple(v): _study4_job(args + v, Path(tmp) / f"job{i}")
+                    for i, v in enumerate(variants if r % 2 == 0 else variants[::-1])}
             bare_after, eval_after = bare_loop_study4(root, epochs)
-            run = last_run(client, "mnist_devices")
-            m = run.data.metrics
-            series = [x.value for x in sorted(client.get_metric_history(run.info.run_id, "time/epoch_s"),
-                                              key=lambda x: x.step)]
-            job_eval = sum(x.value for x in client.get_metric_history(run.info.run_id, "time/eval_s"))
+            wall, m, series, job_eval = jobs[()]
             bare_median = (statistics.median(bare_before[1:]) + statistics.median(bare_after[1:])) / 2
             bare_steady = (statistics.median(bare_before[2:]) + statistics.median(bare_after[2:])) / 2
             bare_work = (sum(bare_before) + eval_before + sum(bare_after) + eval_after) / 2
@@ -234,10 +250,19 @@ def study4(repeats: int, epochs: int = 10) -> None:
                   f"bare loop {statistics.median(bare_before[1:]):.3f} before, "
                   f"{statistics.median(bare_after[1:]):.3f} after s/epoch")
             print(f"    epochs s, sweeps: {' '.join(f'{t:.3f}' for t in series)}")
+            if glibc_default:
+                other = jobs[(GLIBC_DEFAULT,)][1]["time/median_epoch_s"]
+                default_ratio.append(other / bare_median)
+                kept_ratio.append(m["time/median_epoch_s"] / other)
+                print(f"    {GLIBC_DEFAULT}: median epoch {other:.3f} s; epochs s: "
+                      f"{' '.join(f'{t:.3f}' for t in jobs[(GLIBC_DEFAULT,)][2])}")
             print(f"    epochs s, bare (after): {' '.join(f'{t:.3f}' for t in bare_after)}; evaluations "
                   f"{eval_before:.2f}, {eval_after:.2f} s in all (sweeps: {job_eval:.2f} s)")
     print(f"median epoch sweeps ÷ bare {spread(epoch_ratio)} (target ≤ 1.05); from epoch 3 on "
           f"{spread(steady_ratio)}; job wall ÷ (bare + start-up) {spread(wall_ratio)} (target ≤ 1.15)")
+    if glibc_default:
+        print(f"with {GLIBC_DEFAULT}: median epoch ÷ bare {spread(default_ratio)}; "
+              f"sweeps' default ÷ it {spread(kept_ratio)}")
 
 
 # ── start-up ─────────────────────────────────────────────────────────────────────────────────
@@ -255,6 +280,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=10_000)
     ap.add_argument("--only", default="study5,study4,startup")
     ap.add_argument("--study4-epochs", type=int, default=10, help="at least 3 (the ratio from epoch 3 on)")
+    ap.add_argument("--study4-glibc-default", action="store_true",
+                    help=f"study 4: each repeat also runs the job with {GLIBC_DEFAULT}, for comparison")
     ap.add_argument("--extra", nargs="*", default=[], metavar="KEY=VALUE",
                     help="study5-extra: study 5 again with these overrides (e.g. mlflow.log_every_epochs=25)")
     args = ap.parse_args()
@@ -275,7 +302,7 @@ def main() -> None:
     if "study5-extra" in parts and args.extra:
         study5(args.repeats, args.epochs, args.extra, " ".join(args.extra))
     if "study4" in parts:
-        study4(args.repeats, args.study4_epochs)
+        study4(args.repeats, args.study4_epochs, args.study4_glibc_default)
     if "startup" in parts:
         startup(args.repeats)
 

@@ -47,6 +47,7 @@ def _usage_error(in_process, overrides: list[str]) -> str:
     ("epochs=0", "epochs=0", "positive integer"),
     ("optimizer.base_lr=-0.1", "optimizer.base_lr=-0.1", "positive"),
     ("device.threads=0", "device.threads=0", "1 or more torch threads, or null"),
+    ("device.malloc_trim_mb=0", "device.malloc_trim_mb=0", "1 to 2047 MB of freed heap to keep, or null"),
 ])
 def test_bad_values(in_process, tiny, override, names, hint):
     line = _usage_error(in_process, ["model=mlp", *tiny, override])

@@ -142,7 +142,7 @@ def test_a_run_logs_only_its_options_params():
     for key in ("dataset.root", "dataset.download", "dataset.augment", "dataset.train_size", "optimizer.betas",
                 "optimizer.base_lr", "lr_scaling.base_batch", "precision.name"):
         assert key in params
-    assert {k for k in params if k.startswith("device.")} == {"device.name", "device.threads"}
+    assert {k for k in params if k.startswith("device.")} == {"device.name", "device.threads", "device.malloc_trim_mb"}
 
 
 def test_config_hash_covers_only_the_options_fields():
@@ -159,15 +159,17 @@ def test_config_hash_covers_only_the_options_fields():
         _compose(["dataset=mnist", "dataset.shape=[3,32,32]"])
 
 
-def test_a_key_added_later_left_at_its_default_keeps_earlier_runs_identity():
-    """``device.threads`` came after runs were stored: at null a job hashes as it did before the
-    key existed (a done job is still skipped after the upgrade); set, it is a different job."""
+@pytest.mark.parametrize("key, other", [("threads", "1"), ("malloc_trim_mb", "null")])
+def test_a_key_added_later_left_at_its_default_keeps_earlier_runs_identity(key, other):
+    """``device.threads`` and ``device.malloc_trim_mb`` came after runs were stored: at their
+    default a job hashes as it did before the key existed (a done job is still skipped after the
+    upgrade); set otherwise, it is a different job."""
     job = _compose(["dataset=mnist"])
     before_the_key = copy.deepcopy(job)
     with open_dict(before_the_key.device):
-        del before_the_key.device["threads"]
+        del before_the_key.device[key]
     assert config_hash(job) == config_hash(before_the_key)
-    assert config_hash(_compose(["dataset=mnist", "device.threads=1"])) != config_hash(job)
+    assert config_hash(_compose(["dataset=mnist", f"device.{key}={other}"])) != config_hash(job)
 
 
 @pytest.mark.parametrize("overrides, schema", [

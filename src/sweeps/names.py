@@ -50,6 +50,7 @@ TELEMETRY_TAG = "telemetry"
 CHECKPOINTS_TAG = "sweeps.checkpoints"  # "off: <why>" when a full disk stopped checkpoints or the journal mid-job
 LOADER_TAG = "data.loader"  # the loader a training job used and how its worker count was chosen
 THREADS_TAG = "torch.threads"  # torch's intra-op CPU threads the job ran with, and who chose them
+HEAP_TAG = "host.malloc"  # how the job's C library kept freed heap (device.malloc_trim_mb)
 PEAK_TAG = "perf.peak"  # the datasheet peak MFU is measured against
 MAX_BATCH_BOUND_TAG = "max_batch.bound"
 TARGET_TAG = "sweeps.target"  # with a target: "reached", or "missed" (all epochs ran without reaching it)

@@ -78,6 +78,10 @@ def validate(cfg: DictConfig) -> None:
     if cfg.device.threads is not None and cfg.device.threads < 1:
         raise UsageError(f"device.threads={cfg.device.threads} is not valid: use 1 or more torch threads, or null "
                          "(torch's default: one per core)")
+    trim_mb = cfg.device.get("malloc_trim_mb")
+    if trim_mb is not None and not 1 <= trim_mb <= 2047:
+        raise UsageError(f"device.malloc_trim_mb={trim_mb} is not valid: use 1 to 2047 MB of freed heap to keep, "
+                         "or null (glibc's own default)")
     if cfg.device.name == "ddp":  # data parallel: see sweeps.launch.placement.ddp
         _validate_ddp(cfg)
     checkpoints = Path(str(cfg.checkpoint.dir)).expanduser()

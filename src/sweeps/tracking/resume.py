@@ -28,10 +28,11 @@ log = logging.getLogger("sweeps")
 # console looks, and whether to resume. Everything else (num_workers too: it changes timings) counts.
 IGNORED = ("mlflow", "log_every_s", "telemetry", "resume", "checkpoint", "dataset.root",
            "dataset.download", "dataset.if_missing")
-# Keys added after runs were stored, with the default that behaves as before they existed: left
-# at it they are not hashed, so an upgrade does not make a done job look new (it is still skipped
-# or resumed); set to anything else they count.
-ADDED_LATER = {"device.threads": None}
+# Keys added after runs were stored, at their default: not hashed, so an upgrade does not make a
+# done job look new (it is still skipped or resumed); set to anything else they count.
+# device.threads' null behaves as before it existed; device.malloc_trim_mb's 1024 changes how fast
+# a CPU step's memory comes back, not what the job computes.
+ADDED_LATER = {"device.threads": None, "device.malloc_trim_mb": 1024}
 
 
 def config_hash(cfg: DictConfig, ignore: tuple[str, ...] = (), identity: dict[str, str] | None = None) -> str:

@@ -9,6 +9,7 @@ import gc
 import torch
 
 from sweeps.errors import brief
+from sweeps.train import host_heap
 from sweeps.state import current
 
 # Text of the allocators' out-of-memory errors that are not torch.OutOfMemoryError:
@@ -48,7 +49,8 @@ def is_oom(exc: BaseException) -> bool:
 
 def release_memory(device: torch.device | None = None) -> None:
     """Free what a finished (or failed) job left: collect garbage, empty the CUDA cache and reset
-    peak statistics, so the next job in this process starts from a clean allocator.
+    peak statistics, and give the host heap's free memory back (:func:`sweeps.train.host_heap.trim`),
+    so the next job (or trial) in this process starts from a clean allocator.
 
     Call it *outside* the ``except`` block: inside it, the traceback still holds the failed
     frames and with them the tensors.
@@ -63,6 +65,7 @@ def release_memory(device: torch.device | None = None) -> None:
     """
     gc.collect()
     gc.freeze()  # undone at exit (below), so interpreter shutdown still finalizes everything
+    host_heap.trim()  # the freed heap a job kept (device.malloc_trim_mb): a CPU RSS read after this holds what is in use
     if torch.cuda.is_available() and torch.cuda.is_initialized() and not current().cuda_lost:
         try:
             torch.cuda.empty_cache()

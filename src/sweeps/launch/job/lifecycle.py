@@ -34,6 +34,7 @@ from sweeps.data.fingerprint import data_fingerprint
 from sweeps.tracking.env import environment_tags, fingerprint_json, hardware
 from sweeps.tracking.epochs import JOURNAL, EpochLog, read_journal
 from sweeps.tracking.writer import RunWriter
+from sweeps.train import host_heap
 from sweeps.train.checkpoint import Checkpoints
 
 log = logging.getLogger("sweeps")
@@ -241,9 +242,10 @@ def run(cfg: DictConfig) -> str:
                  started_at, identity)
     try:
         with (gpu_pool.claim(cfg.device, launchers.current().pool_slots()),
-              cpu_threads(cfg.device.threads) as threads, job):
+              cpu_threads(cfg.device.threads) as threads,
+              host_heap.retained(cfg.device.malloc_trim_mb) as heap, job):
             job.started_at += gpu_pool.waited_s()
-            job.writer.set_tags({names.THREADS_TAG: threads})
+            job.writer.set_tags({names.THREADS_TAG: threads, names.HEAP_TAG: heap})
             if missing is not None:  # dataset.if_missing=skip: an unavailable job, logged as such
                 raise missing
             device = resolve_device(cfg.device)

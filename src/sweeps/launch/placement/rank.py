@@ -39,7 +39,7 @@ from sweeps.launch.process.outcome import classify, explain
 from sweeps.tasks.base import create
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking.epochs import EpochLog
-from sweeps.train import distributed
+from sweeps.train import distributed, host_heap
 from sweeps.train.checkpoint import Checkpoints
 
 log = logging.getLogger("sweeps")
@@ -145,6 +145,7 @@ def main(spec: RankSpec) -> None:
     try:
         cfg = OmegaConf.create(spec.cfg)
         device = distributed.init(spec.backend, cfg.device.timeout_s, cfg.device.get("threads"))
+        host_heap.retain(cfg.device.get("malloc_trim_mb"))  # as the job process did (its tag says how)
         task = create(cfg)
         task.prepare()  # seeded: every rank builds the same data
         watchdog.job = RankRun(spec, cfg, task.regression, rank, device)
