@@ -52,6 +52,7 @@ def _glibc() -> tuple[ctypes.CDLL, str] | None:
 
 def _retain(trim_mb: int | None) -> tuple[bool, str]:
     """(whether the thresholds were set, the tag text): see :func:`retain`."""
+    global _static
     libc = _glibc()
     if libc is None:
         return False, "not glibc: the C library's default"
@@ -63,14 +64,9 @@ def _retain(trim_mb: int | None) -> tuple[bool, str]:
         return False, f"{version} default"
     if not lib.mallopt(M_MMAP_THRESHOLD, MMAP_MAX):
         return False, f"{version} default (mallopt refused)"
-    _set_static()
+    _static = True
     lib.mallopt(M_TRIM_THRESHOLD, min(trim_mb * MB, 2**31 - 1))  # an int in C
     return True, f"{version}: keeps {trim_mb} MB (trim), heap blocks up to {MMAP_MAX // MB} MB"
-
-
-def _set_static() -> None:
-    global _static
-    _static = True
 
 
 def retain(trim_mb: int | None) -> str:
@@ -94,9 +90,10 @@ def trim() -> None:
 def restore() -> None:
     """Both thresholds back at glibc's initial 128 KiB (static: see the module docstring), then
     :func:`trim`. No-op where not glibc."""
+    global _static
     libc = _glibc()
     if libc is not None:
-        _set_static()
+        _static = True
         libc[0].mallopt(M_MMAP_THRESHOLD, INITIAL)
         libc[0].mallopt(M_TRIM_THRESHOLD, INITIAL)
         trim()
