@@ -36,7 +36,9 @@ TINY = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1
         "dataset.test_size=64", "batch=64", "epochs=1", "device=cpu"]
 # (label, file suffix, function name) of the steps a job takes once, in the order it takes them
 ITEMS = [
-    ("Hydra: compose the job (reused copy)", "sweeps/launch/cli/sweep_check.py", "load_sweep_config"),
+    ("compose the job (Hydra, or derived from its family's shared part)", "sweeps/launch/cli/sweep_compose.py",
+     "compose"),
+    ("  of which Hydra's own compositions", "hydra/_internal/config_loader_impl.py", "load_configuration"),
     ("Hydra: run_job (output dir, .hydra/*.yaml, logging)", "hydra/core/utils.py", "run_job"),
     ("job: complete + validate the config", "sweeps/config/targets.py", "complete"),
     ("job: build the task (data, model, optimizer)", "sweeps/tasks/base.py", "prepare"),
@@ -44,6 +46,7 @@ ITEMS = [
     ("training (the task's run)", "sweeps/tasks/train.py", "run"),
     ("close: summary, telemetry, artifacts, status", "launch/job/finish.py", "finish"),
     ("  of which the last values posted (MLflow ingests them meanwhile)", "sweeps/tracking/writer.py", "send_later"),
+    ("  of which waiting for the store process (posted calls, the run's end)", "sweeps/tracking/writer.py", "flush"),
     ("  of which telemetry.png (drawn while the store ingests)", "sweeps/telemetry/plot.py", "render"),
     ("  of which free memory (gc)", "sweeps/train/memory.py", "release_memory"),
 ]
@@ -116,11 +119,11 @@ def items(jobs: int = 10) -> None:
         profile = Path(tmp) / "sweep.prof"
         wall, training = sweep(jobs, Path(tmp), profile)
         stats = pstats.Stats(str(profile)).stats  # {(file, line, function): (calls, ncalls, tottime, cumtime, callers)}
-    print(f"{'step':54} {'ms per job':>10}  calls")
+    print(f"{'step':72} {'ms per job':>10}  calls")
     for label, suffix, function in ITEMS:
         hits = [(s[0], s[3]) for (f, _, fn), s in stats.items() if fn == function and f.endswith(suffix)]
         calls, cum = sum(h[0] for h in hits), sum(h[1] for h in hits)
-        print(f"{label:54} {1e3 * cum / jobs:10.1f}  {calls}")
+        print(f"{label:72} {1e3 * cum / jobs:10.1f}  {calls}")
     print(f"(whole sweep under cProfile: {wall:.1f} s, Σ training {training:.2f} s)")
 
 

@@ -140,6 +140,45 @@ def test_a_store_process_killed_mid_job_loses_nothing(service, caplog):
     assert sorted(m.step for m in real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) == list(range(1, 5001))
 
 
+JOB_THAT_DIES = """
+import os, signal, sys
+from sweeps.tracking.store_service import StoreService
+from sweeps.tracking.writer import RunWriter
+
+service = StoreService()
+service.open(sys.argv[1], "exp")
+client, experiment_id = service.opened()
+writer = RunWriter(client, experiment_id, "job", None, {})
+writer.log_params({f"p{i}": i for i in range(60)})
+for i in range(40):  # posted, not waited for: ~0.4 s or more of MLflow's work still to do at the kill
+    writer.set_tags({f"t{i}": i})
+writer.log_text("hello", "notes.txt")
+print(writer.run_id, service.proc.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow  # a job's process and its store process: ~5 s of imports
+def test_what_a_job_posted_before_it_was_killed_still_reaches_the_store(tmp_path):
+    """Params, tags and texts are posted to the store process without waiting: a job SIGKILLed
+    right after posting them loses none (the store process answers every request it was sent
+    before it leaves)."""
+    import subprocess
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    job = subprocess.run([sys.executable, "-c", JOB_THAT_DIES, uri], capture_output=True, text=True, timeout=120)
+    assert job.returncode == -signal.SIGKILL, job.stderr[-2000:]
+    run_id, store_pid = job.stdout.split()
+    deadline = time.monotonic() + 120
+    while os.path.exists(f"/proc/{store_pid}") and time.monotonic() < deadline:
+        time.sleep(0.1)  # it answers what it was sent, then notices its job is gone and exits
+    assert not os.path.exists(f"/proc/{store_pid}"), "the store process outlived its job by 2 minutes"
+    real = MlflowClient(uri)
+    run = real.get_run(run_id)
+    assert len(run.data.params) == 60 and all(run.data.tags.get(f"t{i}") == str(i) for i in range(40))
+    assert [f.path for f in real.list_artifacts(run_id)] == ["notes.txt"]
+
+
 @pytest.mark.slow  # its own store process: ~2 s of imports (the in-process twin: test_store_and_disk.py)
 def test_a_store_the_process_cannot_open_stops_the_job_with_one_line(tmp_path):
     db = tmp_path / "mlflow.db"

@@ -45,6 +45,28 @@ def test_logging_an_epoch_costs_no_store_round_trip_and_flush_sends_everything(t
     assert len(calls) <= 6  # 5,000 values in chunks of 1,000, not one call per epoch
 
 
+def test_queued_tags_ride_with_the_next_metric_batch_and_all_reach_the_run(tmp_path, monkeypatch):
+    client, exp = _client(tmp_path)
+    w = RunWriter(client, exp, "job", None, {})
+    w._wake.set()  # no background beat: the flush below is the next batch
+    w._thread.join()
+    sent = []
+    real = client.log_batch
+    monkeypatch.setattr(client, "log_batch", lambda run_id, **k: (sent.append(k), real(run_id, **k)))
+    w.queue_tags({names.THREADS_TAG: 2, names.LOADER_TAG: "in-process"})
+    w.log_metrics({names.EPOCH_S: 0.5}, step=1)
+    w.queue_tags({names.PEAK_TAG: "none"})
+    assert sent == []  # no store call of their own
+    w.flush()
+    assert len(sent) == 1 and {t.key for t in sent[0]["tags"]} == {names.THREADS_TAG, names.LOADER_TAG, names.PEAK_TAG}
+    assert [m.key for m in sent[0]["metrics"]] == [names.EPOCH_S]
+    w.queue_tags({names.TELEMETRY_TAG: "host only"})  # nothing left to send with: a batch of its own at the end
+    w.end("FINISHED")
+    tags = client.get_run(w.run_id).data.tags
+    assert tags[names.THREADS_TAG] == "2" and tags[names.PEAK_TAG] == "none" and tags[names.TELEMETRY_TAG] == "host only"
+    assert client.get_run(w.run_id).info.status == "FINISHED"
+
+
 def test_the_journal_keeps_every_epoch_and_a_torn_last_line_is_ignored(tmp_path):
     journal = tmp_path / "run" / "epochs.jsonl"
     log = EpochLog(None, journal, regression=False, log_every_s=60)

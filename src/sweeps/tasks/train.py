@@ -40,7 +40,7 @@ class TrainTask(Task):
         cfg, data = self.cfg, self.data
         training = build_training(cfg, data, device, monitor=job.telemetry)
         job.writer.log_metrics({names.PARAMS: count_parameters(training.model)})
-        job.writer.set_tags({names.LOADER_TAG: describe_workers(
+        job.writer.queue_tags({names.LOADER_TAG: describe_workers(
             cfg.dataset, device, data.train, resident_loader(cfg.dataset.loader, data.train))})
         with_perf = flops.tracker(job.writer, training.model, data.spec, device, cfg.precision.name,
                                   devices=distributed.world_size())

@@ -22,7 +22,6 @@ import numpy as np
 
 from sweeps import names
 from sweeps.errors import brief
-from sweeps.tracking.store_client import in_store
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -97,12 +96,13 @@ def log_datasets(client: MlflowClient, run_id: str, name: str, fingerprint: str,
 def log_job_data(writer, dataset_cfg, fingerprint: str, in_shape: Sequence[int], train_n: int | None, test_n: int,
                  regression: bool) -> None:
     """A job's :func:`example_params` and :func:`log_datasets` through its
-    :class:`~sweeps.tracking.writer.RunWriter` (two calls, once per job). Never raises: a store
-    that refuses the inputs is reported in one line and the job goes on."""
+    :class:`~sweeps.tracking.writer.RunWriter` (two calls, once per job; through a store process
+    neither is waited for). Never raises: a store that refuses the inputs is reported in one line
+    and the job goes on."""
     try:
         writer.log_params(example_params(in_shape, train_n, test_n))
-        in_store(writer.client, log_datasets, writer.run_id, str(dataset_cfg.name), fingerprint,
-                 dataset_cfg.get("root"), [int(d) for d in in_shape], train_n, test_n, regression)
+        writer.in_store(f"dataset inputs of run {writer.run_id}", log_datasets, writer.run_id, str(dataset_cfg.name),
+                        fingerprint, dataset_cfg.get("root"), [int(d) for d in in_shape], train_n, test_n, regression)
     except Exception as e:  # noqa: BLE001 (inputs describe the job; they never stop it)
         log.warning("MLflow: dataset inputs and example counts of run %s not logged (%s: %s)", writer.run_id,
                     type(e).__name__, brief(e))

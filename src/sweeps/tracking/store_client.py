@@ -45,6 +45,12 @@ class RemoteClient:
         failure is logged as a warning naming ``what`` and ``on_error()`` is called."""
         self._service.post(what, "function", f"{fn.__module__}:{fn.__qualname__}", args, {}, on_error)
 
+    def post_call(self, what: str, name: str, *args: Any, **kwargs: Any) -> None:
+        """The :class:`mlflow.MlflowClient` method ``name`` without waiting for it
+        (:meth:`~sweeps.tracking.store_service.StoreService.post`): a failure is a warning
+        naming ``what``."""
+        self._service.post(what, "client", name, args, kwargs)
+
     def settle(self) -> None:
         """Wait for the answers of the calls :meth:`post` sent."""
         self._service.settle()

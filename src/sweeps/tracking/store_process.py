@@ -26,7 +26,10 @@ every background call for :data:`HURRIED_S` after. It ignores SIGINT and
 SIGTERM (the job closes its run through it after a signal) and SIGTTOU (in a background process
 group of the terminal's session, a warning it writes must not stop it), and exits when the
 requests pipe closes or its parent process is gone (forked data loader workers may hold the pipe
-open).
+open) — then only once it has done every request the job sent before it died or gave the pipe up:
+a job SIGKILLed right after posting its params loses none of them. (A job that gave the pipe up
+runs its unanswered posts itself too: they are idempotent — params and tags set to the same
+value, metric values MLflow's SQL store drops when it holds them already, texts rewritten.)
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from typing import Any
 
 PARENT_POLL_S = 1.0  # s between checks that the job's process is still there
 HURRIED_S = 5.0  # s after the job's HURRY during which background calls are answered at normal priority
+_serving = threading.Event()  # the main loop runs: it, not the watcher thread, exits once the parent is gone
 _helpers: list["Background"] = []  # this process's background process (none in a background process), ended with it
 
 
@@ -52,14 +56,15 @@ def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGTTOU", None)):
         if sig is not None:
             signal.signal(sig, signal.SIG_IGN)
-    requests_fd, answers_fd, parent, hurry = sys.argv[1:5]
+    requests_fd, answers_fd, parent_arg, hurry = sys.argv[1:5]
+    parent = int(parent_arg)
     background = hurry == "--background"
     if background:  # before the imports: they too take only cores nothing else wants
         from sweeps.tracking import priority
 
         priority.lowest()
     inbox, outbox = Connection(int(requests_fd), writable=False), Connection(int(answers_fd), readable=False)
-    threading.Thread(target=_watch_parent, args=(int(parent),), name="sweeps-store-parent", daemon=True).start()
+    threading.Thread(target=_watch_parent, args=(parent,), name="sweeps-store-parent", daemon=True).start()
     logging.basicConfig(level=logging.WARNING, format="[sweeps store process] %(levelname)s %(message)s")
 
     from sweeps.errors import UsageError, describe
@@ -86,19 +91,26 @@ def main() -> None:
         _helpers.append(Background(client, uri, experiment, int(hurry)))
         _helpers[0].start()
     helper = _helpers[0] if _helpers else None
+    _serving.set()  # from here this loop watches the parent: what it sent before it died is answered first
+    heard = True  # False once the job's end of the answers pipe is closed: it died, or gave the pipe up
     while True:
         try:
+            while not inbox.poll(PARENT_POLL_S):
+                if os.getppid() != parent:  # gone, and nothing it sent is left unread
+                    _exit()
             request = inbox.recv_bytes()
-        except (EOFError, OSError):  # the job's process is done with the store: every call was answered,
-            _exit()                  # so nothing is pending
+        except (EOFError, OSError):  # the job's process is done with the store, and every request it sent
+            _exit()                  # was read: so nothing is pending
         answer = helper.answer(request) if helper and request[:1] == LOW else answer_to(client, request)
+        if not heard:  # the requests it posted before that are still done (at worst twice: module docstring)
+            continue
         try:
             if isinstance(answer, bytes):  # the background process's answer, pickled already
                 outbox.send_bytes(answer)
             else:
                 outbox.send(answer)
         except OSError:  # the job gave the pipe up (interrupted while waiting) or is gone
-            _exit()
+            heard = False
         except Exception as e:  # noqa: BLE001 (a result that does not pickle still gets an answer)
             _send(outbox, ("error", type(e).__name__, str(e)))
 
@@ -242,9 +254,10 @@ def _send(outbox: Connection, answer: tuple) -> None:
 
 
 def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(PARENT_POLL_S)
-    _exit()
+    """Exit once ``parent`` is gone while the store opens (the main loop watches it after)."""
+    while not _serving.wait(PARENT_POLL_S):
+        if os.getppid() != parent:
+            _exit()
 
 
 def _exit() -> None:

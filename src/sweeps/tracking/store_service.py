@@ -54,6 +54,9 @@ log = logging.getLogger("sweeps")
 # a request's first byte, then its pickle: which thread of the store process answers it
 LOW, NORMAL = b"L", b"N"
 HURRY_AFTER_S = 0.2  # s a call the job waits for waits for the pipe before the store process is told to hurry
+# posts unanswered at once: their answers (a few dozen bytes each) never fill the answers pipe
+# (64 KiB), which would stop the store process reading requests while the job writes one
+MAX_POSTED = 64
 _errors: dict[str, type] = {}
 
 
@@ -164,9 +167,13 @@ class StoreService:
         naming ``what`` and ``on_error()`` called. For work at a job's end that the job need not
         wait for yet (its last metric values: MLflow ingests them, ~1-2 s for a 10,000-epoch job,
         while the job draws its figure and builds ``epochs.csv``, :meth:`RunWriter.send_later
-        <sweeps.tracking.writer.RunWriter.send_later>`). One request, sent whole: the store
-        process reads it at once (it waits for requests), while a second one would wait in the
-        pipe (64 KiB) for the first to be done, and the caller with it.
+        <sweeps.tracking.writer.RunWriter.send_later>`; a run's params, tags and texts, ~10 ms of
+        MLflow each, while the job builds its data or trains, :meth:`RunWriter.set_tags
+        <sweeps.tracking.writer.RunWriter.set_tags>`). Up to :data:`MAX_POSTED` posts wait for
+        their answers at once: a small request waits in the pipe (64 KiB) while the store process
+        answers the ones before it, a large one holds the caller until the store process reads it
+        (once it is done with those before). The store process answers every request it was sent
+        before it exits, even where this process died meanwhile (``store_process``).
         Where the store process is gone, it runs here now. Never raises for the call's own failure.
 
         Raises:
@@ -175,7 +182,7 @@ class StoreService:
         request = NORMAL + pickle.dumps((kind, name, args, kwargs), pickle.HIGHEST_PROTOCOL)
         self._acquire(low=False)
         try:
-            self._collect()
+            self._collect(keep=MAX_POSTED - 1)
             if self._local is None:
                 try:
                     self._out.send_bytes(request)
@@ -196,10 +203,10 @@ class StoreService:
                 self.say_hurry()
             self._lock.acquire()
 
-    def _collect(self) -> None:
-        """Read the answers of the posted calls, in order (the lock held); a call whose answer
-        the store process died before giving runs here."""
-        while self._posted:
+    def _collect(self, keep: int = 0) -> None:
+        """Read the answers of the posted calls, in order, until ``keep`` are left unanswered (the
+        lock held); a call whose answer the store process died before giving runs here."""
+        while len(self._posted) > keep:
             what, request, on_error = self._posted[0]
             if self._local is None:
                 try:

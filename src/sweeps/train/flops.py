@@ -130,7 +130,7 @@ def tracker(writer, model: nn.Module, spec: DataSpec, device: torch.device, prec
     if peak and devices > 1:
         peak, about = peak * devices, f"{devices} × {about}"
     writer.log_metrics({k: v for k, v in {names.FLOPS_PER_EXAMPLE: per_example, names.PEAK_FLOPS: peak}.items() if v})
-    writer.set_tags({names.PEAK_TAG: about})
+    writer.queue_tags({names.PEAK_TAG: about})
 
     def with_perf(rec: dict) -> None:
         rec.update(perf_metrics(per_example, peak, rec.get("samples", 0), rec.get(names.EPOCH_S, 0.0)))

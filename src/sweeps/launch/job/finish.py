@@ -10,11 +10,10 @@ import logging
 import time
 
 from sweeps import names, state
-from sweeps.launch.job.summary import summary_row
+from sweeps.launch.job.summary import describe_run
 from sweeps.launch.process import outcome as oc
 from sweeps.telemetry import plot
-from sweeps.tracking import naming, resume
-from sweeps.tracking.console import summary_table
+from sweeps.tracking import resume
 from sweeps.errors import describe
 from sweeps.train.memory import release_memory
 
@@ -85,11 +84,11 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
 
     def telemetry() -> None:
         if tel is None:
-            job.writer.set_tags({names.TELEMETRY_TAG: "off (the job ended before its device was ready)"})
+            job.writer.queue_tags({names.TELEMETRY_TAG: "off (the job ended before its device was ready)"})
             return
         if final:
             job.writer.log_metrics(tel.summary(sum(r.get("samples", 0) for r in records)))
-        job.writer.set_tags(tel.tags())
+        job.writer.queue_tags(tel.tags())
         if "telemetry.csv" in texts:
             job.writer.log_text(texts["telemetry.csv"], "telemetry.csv")
 
@@ -126,18 +125,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         log.error("job %s: its MLflow run %s could not be closed (%s)", job.name, job.writer.run_id, describe(e))
         return
     try:  # the description last and apart: a store refusing it costs the description, not the outcome
-        job.writer.set_tags(_note(job, outcome, error))
+        job.writer.in_store(f"the description of run {job.writer.run_id}", describe_run, job.writer.run_id,
+                            outcome, error)  # where the store is: the next job starts meanwhile
     except Exception as e:
         log.warning("job %s: no description for run %s (%s)", job.name, job.writer.run_id, describe(e))
-
-
-def _note(job, outcome: str, error: str) -> dict[str, str]:
-    """The run's description (``mlflow.note.content``): its outcome line and its summary row,
-    from the run as the store has it now (one read per job); {} where that read fails."""
-    try:
-        run = job.client.get_run(job.writer.run_id)
-    except Exception as e:  # the description is a courtesy: the outcome tag and status still get written
-        log.warning("job %s: no description (%s)", job.name, describe(e))
-        return {}
-    row = {**summary_row(run), "outcome": outcome, "error": error}
-    return {names.MLFLOW_RUN_NOTE: naming.job_note(outcome, error, summary_table([row]))}

@@ -245,7 +245,7 @@ def run(cfg: DictConfig) -> str:
               cpu_threads(cfg.device.threads) as threads,
               host_heap.retained(cfg.device.malloc_trim_mb) as heap, job):
             job.started_at += gpu_pool.waited_s()
-            job.writer.set_tags({names.THREADS_TAG: threads, names.HEAP_TAG: heap})
+            job.writer.queue_tags({names.THREADS_TAG: threads, names.HEAP_TAG: heap})
             if missing is not None:  # dataset.if_missing=skip: an unavailable job, logged as such
                 raise missing
             device = resolve_device(cfg.device)

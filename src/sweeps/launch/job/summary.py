@@ -6,6 +6,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from sweeps import names
+from sweeps.tracking import naming
 from sweeps.tracking.console import summary_table
 from sweeps.tracking.entities import classes
 from sweeps.tracking.reliability import unreliable
@@ -31,6 +32,18 @@ def summary_row(run: Any) -> dict:
     elif names.MAX_BATCH in m:  # task=max_batch
         row["final"] = f"fits up to {m[names.MAX_BATCH]:.0f}"
     return row
+
+
+def describe_run(client: MlflowClient, run_id: str, outcome: str, error: str) -> None:
+    """Set run ``run_id``'s description (``mlflow.note.content``): its outcome line and its summary
+    row, from the run as the store holds it once its job closed it (one read, one write; run where
+    the store is, :meth:`~sweeps.tracking.writer.RunWriter.in_store`).
+
+    Raises:
+        mlflow.exceptions.MlflowException: the store refused the read or the write.
+    """
+    row = {**summary_row(client.get_run(run_id)), "outcome": outcome, "error": error}
+    client.set_tag(run_id, names.MLFLOW_RUN_NOTE, naming.job_note(outcome, error, summary_table([row])))
 
 
 def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = None) -> str:
