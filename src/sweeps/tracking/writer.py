@@ -57,7 +57,7 @@ class RunWriter:
         self._Metric, self._Param, self._RunTag = entities.classes(client)
         self._busy_said = False
         self._queue: list[Metric] = []
-        self._tags: dict[str, str] = {}  # queue_tags: sent with the next batch
+        self._tags: list[tuple[str, str]] = []  # queue_tags: sent with the next batch (appended like _queue)
         self._lock = threading.Lock()  # one sender at a time: the thread, or a flush
         self._wake = threading.Event()
         self._closed = False
@@ -100,7 +100,8 @@ class RunWriter:
         run's end) rather than in a store call of their own (~10 ms of MLflow's each, about a
         third of a tiny job's store work). For tags a killed job's resumed run sets again (the
         device, loader and telemetry descriptions): one killed before that batch loses them."""
-        self._tags.update({k: str(v) for k, v in tags.items()})
+        items = [(k, str(v)) for k, v in tags.items()]
+        self._tags.extend(items)  # atomic under the GIL, as log_metrics: the beat may be sending meanwhile
 
     def in_store(self, what: str, fn: Any, *args: Any) -> None:
         """``fn(client, *args)`` where the store is (:func:`~sweeps.tracking.store_client.in_store`),
@@ -149,7 +150,9 @@ class RunWriter:
             if most is None:
                 getattr(self.client, "settle", lambda: None)()  # a posted send refused re-queues its values
             left = len(self._queue) if most is None else most
-            tags, self._tags = self._tags, {}
+            pending = self._tags[:]
+            del self._tags[:len(pending)]  # tags queued meanwhile go with the next batch
+            tags = dict(pending)  # a tag queued twice: its last value
             while self._queue and (most is None or (left > 0 and not self._yield and not self._closed)):
                 chunk = self._queue[:BATCH if most is None else min(BATCH, left)]
                 del self._queue[:len(chunk)]  # appends made meanwhile stay queued

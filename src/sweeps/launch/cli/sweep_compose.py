@@ -45,7 +45,10 @@ class JobComposer:
         self._parsed: dict[tuple[str, ...], list] = {}  # each job's, parsed once
         self._groups: dict[str, bool] = {}  # key → whether it names a config group
         self._bases: dict[tuple, DictConfig | None] = {}  # family → its base; None: Hydra composes its jobs
-        self._sizes = Counter(self._family(self._parse(job))[0] for job in jobs)
+        try:
+            self._sizes = Counter(self._family(self._parse(job))[0] for job in jobs)
+        except Exception:  # noqa: BLE001 (an override Hydra's parser refuses: its composition says so)
+            self._sizes = Counter()
         self.derived = 0  # jobs composed from a base (tests, the debug log)
 
     def compose(self, overrides: list[str]) -> DictConfig:
@@ -54,8 +57,11 @@ class JobComposer:
         Raises:
             hydra.errors.HydraException: what Hydra raises for a job it cannot compose.
         """
-        parsed = self._parse(overrides)
-        family, values = self._family(parsed)
+        try:
+            parsed = self._parse(overrides)
+            family, values = self._family(parsed)
+        except Exception:  # noqa: BLE001 (as above)
+            return self.loader.load_sweep_config(self.master, list(overrides))
         if self._sizes[family] < MIN_FAMILY or self._bases.get(family, False) is None:
             return self.loader.load_sweep_config(self.master, list(overrides))
         if family not in self._bases:
