@@ -101,8 +101,8 @@ def log_job_data(writer, dataset_cfg, fingerprint: str, in_shape: Sequence[int],
     and the job goes on."""
     try:
         writer.log_params(example_params(in_shape, train_n, test_n))
-        writer.in_store(f"dataset inputs of run {writer.run_id}", log_datasets, writer.run_id, str(dataset_cfg.name),
-                        fingerprint, dataset_cfg.get("root"), [int(d) for d in in_shape], train_n, test_n, regression)
+        writer.post(f"dataset inputs of run {writer.run_id}", log_datasets, writer.run_id, str(dataset_cfg.name),
+                     fingerprint, dataset_cfg.get("root"), [int(d) for d in in_shape], train_n, test_n, regression)
     except Exception as e:  # noqa: BLE001 (inputs describe the job; they never stop it)
         log.warning("MLflow: dataset inputs and example counts of run %s not logged (%s: %s)", writer.run_id,
                     type(e).__name__, brief(e))

@@ -103,9 +103,11 @@ class RunWriter:
         items = [(k, str(v)) for k, v in tags.items()]
         self._tags.extend(items)  # atomic under the GIL, as log_metrics: the beat may be sending meanwhile
 
-    def in_store(self, what: str, fn: Any, *args: Any) -> None:
-        """``fn(client, *args)`` where the store is (:func:`~sweeps.tracking.store_client.in_store`),
-        not waited for where that is a store process (a refusal is a warning naming ``what``)."""
+    def post(self, what: str, fn: Any, *args: Any) -> None:
+        """``fn(client, *args)`` where the store is, as :func:`~sweeps.tracking.store_client.in_store`
+        runs it, but not waited for where that is a store process
+        (:meth:`~sweeps.tracking.store_client.RemoteClient.post`: a refusal is a warning naming
+        ``what``); called here with an in-process client."""
         if getattr(self.client, "remote", False):
             self.client.post(what, fn, *args)
         else:

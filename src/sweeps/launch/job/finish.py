@@ -125,7 +125,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         log.error("job %s: its MLflow run %s could not be closed (%s)", job.name, job.writer.run_id, describe(e))
         return
     try:  # the description last and apart: a store refusing it costs the description, not the outcome
-        job.writer.in_store(f"the description of run {job.writer.run_id}", describe_run, job.writer.run_id,
-                            outcome, error)  # where the store is: the next job starts meanwhile
+        job.writer.post(f"the description of run {job.writer.run_id}", describe_run, job.writer.run_id,
+                        outcome, error)  # where the store is: the next job starts meanwhile
     except Exception as e:
         log.warning("job %s: no description for run %s (%s)", job.name, job.writer.run_id, describe(e))

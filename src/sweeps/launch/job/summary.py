@@ -37,7 +37,7 @@ def summary_row(run: Any) -> dict:
 def describe_run(client: MlflowClient, run_id: str, outcome: str, error: str) -> None:
     """Set run ``run_id``'s description (``mlflow.note.content``): its outcome line and its summary
     row, from the run as the store holds it once its job closed it (one read, one write; run where
-    the store is, :meth:`~sweeps.tracking.writer.RunWriter.in_store`).
+    the store is, :meth:`~sweeps.tracking.writer.RunWriter.post`).
 
     Raises:
         mlflow.exceptions.MlflowException: the store refused the read or the write.

@@ -72,7 +72,7 @@ class _Silent:
     def log_metrics(self, *args, **kwargs) -> None:
         pass
 
-    set_tags = queue_tags = log_params = log_text = log_bytes = in_store = log_metrics
+    set_tags = queue_tags = log_params = log_text = log_bytes = post = log_metrics
     send_later = log_series = append = close = flush = log_metrics
 
     def due(self, epoch: int) -> bool:
