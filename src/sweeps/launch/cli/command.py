@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from sweeps import config, names, state
 from sweeps.errors import UsageError
 from sweeps.launch.cli import sweep
+from sweeps.launch.cli.compose_once import composed_once
 from sweeps.launch.cli.sweep_check import one_line
 from sweeps.launch.process import outcome, signals
 from sweeps.tracking import store, store_processes
@@ -123,7 +124,8 @@ def cli(early: list[int] | None = None, process_exits: bool = False) -> None:
     full_error = bool(os.environ.get("HYDRA_FULL_ERROR"))  # the user asked for Hydra's traceback
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing its message and exiting 1
     try:
-        main()
+        with composed_once():  # Hydra composes the command's config once, not twice
+            main()
         signals.note_only()  # the sweep returned: a late signal (a Ctrl-C storm's tail) is noted, never raised
     except HydraException as e:  # composition: a typo, a wrong type, an unknown option
         if signals.received():  # a signal raised inside composition and swallowed there broke it
