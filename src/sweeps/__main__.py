@@ -47,9 +47,9 @@ def main() -> None:
 def exit_now(end: SystemExit) -> None:
     """End this process as ``raise end`` would, less the interpreter's teardown: the ``atexit``
     hooks run (the store processes' close, logging's flush, MLflow's, coverage's, a user's own),
-    stdout and stderr are flushed, and :func:`os._exit` ends it with ``end``'s status (``None`` →
-    0, a string printed on stderr → 1, as Python does). What is skipped is only the teardown:
-    module globals cleared and ``__del__`` finalizers of objects still alive, C++ static
+    stdout and stderr are flushed, and :func:`os._exit` ends it with ``end``'s status (``None``
+    → 0; anything but an int printed on stderr → 1, as Python does). What is skipped is only the
+    teardown: module globals cleared and ``__del__`` finalizers of objects still alive, C++ static
     destructors, native libraries unloaded. Code that must run when a job's process ends registers
     with :func:`atexit.register`. Where a thread that is not a daemon still runs, Python would wait
     for it: so does this, by raising ``end`` for the usual exit. The same choice as mypy's
@@ -60,7 +60,7 @@ def exit_now(end: SystemExit) -> None:
     if waiting or run_hooks is None:
         raise end
     code = end.code
-    if isinstance(code, str):
+    if code is not None and not isinstance(code, int):  # sys.exit("message"): printed, status 1
         print(code, file=sys.stderr)
     run_hooks()
     for stream in (sys.stdout, sys.stderr):

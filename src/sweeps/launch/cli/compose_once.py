@@ -44,7 +44,10 @@ def composed_once() -> Iterator[None]:
                                                         run_mode=RunMode.MULTIRUN, validate_sweep_overrides=False)
         except Exception:
             return None
-        _keep(self.config_loader, config_name, list(overrides), cfg)
+        try:
+            _keep(self.config_loader, config_name, list(overrides), cfg)
+        except Exception:  # noqa: BLE001 (nothing kept: the run composes as Hydra does)
+            pass
         return cfg.hydra.mode
 
     Hydra.get_mode = get_mode
