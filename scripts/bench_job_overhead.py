@@ -4,7 +4,7 @@ defaults) against a hand-written loop on the same data, in the same run. Prints 
 their spread (min / median / max over ``--repeats``); asserts nothing.
 
     python scripts/bench_job_overhead.py [--repeats 3] [--epochs 10000] [--only study5,study4,startup]
-    # study5-every-epoch: study 5 with mlflow.log_every_epochs=1 (the preset's 10 undone), for comparison
+    # study5-every-epoch: study 5 with every epoch in the MLflow series (the preset's stride undone), for comparison
     # study5-threads1, study5-threads2: study 5 with device.threads=1 or 2 (job and hand loop alike)
     # study5-extra --extra KEY=VALUE ...: study 5 with these overrides on top of the preset
     # --study4-glibc-default: study 4 also with device.malloc_trim_mb=null (glibc's own heap), for comparison
@@ -14,7 +14,8 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
   of 100) ÷ (N − 100), for sweeps' process and for the hand loop (the same model class, data,
   optimizer and evaluation cadence, no bookkeeping), the hand loop's taken as the mean of one run
   right before and one right after each repeat's sweeps jobs. Target ≤ 1.25×. The preset's
-  ``mlflow.log_every_epochs: 10`` applies (``study5-every-epoch`` measures it at 1). Flatness: from the run's
+  ``mlflow.log_every_epochs: 10`` and ``mlflow.series_points: 320`` apply (every 50th epoch at
+  10,000; ``study5-every-epoch`` measures every epoch). Flatness: from the run's
   ``time/elapsed_s`` series, the per-epoch cost from epoch 2,000 to N within 10 % of that from
   100 to 2,000.
 - study 4 (``+experiment=mnist_devices device=cpu``: MLP 784-1000-1000-10, batch 100, Adam): the
@@ -114,14 +115,15 @@ def study5(repeats: int, epochs: int, extra: list[str] | None = None, label: str
     extra = extra or []
     print(f"\n## study 5 ({label}): {epochs} epochs, full batch, CPU — marginal cost per epoch")
     composed = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); "
-                               "from conftest import compose; c = compose(%r); "
-                               "print(c.eval.every_epochs, c.mlflow.log_every_epochs, c.device.threads or 0)"
-                               % [*STUDY5, *extra]],
+                               "from conftest import compose; from sweeps.tracking.series import stride; "
+                               "c = compose(%r); print(c.eval.every_epochs, "
+                               "stride(c.mlflow.log_every_epochs, c.mlflow.series_points, %d), c.device.threads or 0)"
+                               % ([*STUDY5, *extra], epochs)],
                               cwd=REPO, env=ENV, capture_output=True, text=True, check=True).stdout.split()
     eval_every, series_every = int(composed[0]), int(composed[1])
     threads = int(composed[2]) or torch.get_num_threads()  # the hand loop runs with the job's torch threads
     print("command:", "python -m sweeps", " ".join([*STUDY5, *extra]), f"epochs={epochs}",
-          f"(eval.every_epochs={eval_every}, mlflow.log_every_epochs={series_every}, "
+          f"(eval.every_epochs={eval_every}, MLflow series every {series_every} epochs, "
           f"device.threads={composed[2] if composed[2] != '0' else 'null'}; hand loop: {threads} torch thread(s))")
     ours, hand, flat = [], [], []
 
@@ -295,7 +297,8 @@ def main() -> None:
     if "study5" in parts:
         study5(args.repeats, args.epochs)
     if "study5-every-epoch" in parts:  # the same with every epoch in the MLflow series: what the preset's setting saves
-        study5(args.repeats, args.epochs, ["mlflow.log_every_epochs=1"], "every epoch in the MLflow series")
+        study5(args.repeats, args.epochs, ["mlflow.log_every_epochs=1", "mlflow.series_points=null"],
+               "every epoch in the MLflow series")
     for threads in (1, 2):  # study5-threads1/2: torch's threads set (the hand loop runs with the same count)
         if f"study5-threads{threads}" in parts:
             study5(args.repeats, args.epochs, [f"device.threads={threads}"], f"device.threads={threads}")

@@ -287,6 +287,28 @@ def test_marking_a_stale_run_killed_replays_its_journal_first_exactly_once(tmp_p
         assert steps == [1, 2, 3, 4, 5], (key, steps)  # every epoch the journal holds, each once
 
 
+def test_a_stale_runs_replay_sends_the_points_its_series_stride_holds(tmp_path):
+    """A job whose series held every 5th epoch (mlflow.series_points=2 of 10 epochs) died after
+    epoch 7 with nothing sent: its replay sends the first, the 5th and the last it ran, as the
+    job would have."""
+    import json
+
+    from sweeps.tracking import resume
+    from sweeps.tracking.epochs import JOURNAL
+    from sweeps.tracking.store import open_client
+
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("stale")
+    run_id = _stale_run(client, experiment, "h2")
+    for key, value in {"mlflow.log_every_epochs": "1", "mlflow.series_points": "2", "epochs": "10"}.items():
+        client.log_param(run_id, key, value)
+    journal = tmp_path / "checkpoints" / "h2" / run_id / JOURNAL
+    journal.parent.mkdir(parents=True)
+    journal.write_text("".join(json.dumps({"epoch": e, "train/loss": 1.0 / e}) + "\n" for e in range(1, 8)))
+    resume.mark_stale(client, experiment, tmp_path / "checkpoints")
+    assert sorted(m.step for m in client.get_metric_history(run_id, "train/loss")) == [1, 5, 7]
+
+
 def test_a_config_that_ends_done_removes_its_killed_runs_folders(tmp_path):
     """A killed run's checkpoints and journal stay until a later run of the same config ends ok;
     then they go. A folder whose run is still RUNNING (another process) stays."""

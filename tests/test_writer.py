@@ -196,6 +196,44 @@ def test_log_every_epochs_thins_the_run_series_and_epochs_csv_keeps_every_epoch(
     assert run.data.metrics[names.TOTAL_S] > 0 and names.MEDIAN_EPOCH_S in run.data.metrics  # from all 11 epochs
 
 
+def test_series_points_caps_the_run_series_on_a_round_stride(in_process, tiny, tmp_path):
+    # 23 epochs, at most ~5 points: a stride of 5 (23 / 5 = 4.6, rounded up to 1-2-5), so the series
+    # holds the first, each 5th, the evaluated ones (10 and 20 are on the stride) and the last
+    assert in_process([*tiny, "model=mlp", "epochs=23", "eval.every_epochs=10", "mlflow.series_points=5",
+                       "telemetry.interval_s=0", "checkpoint.every_epochs=0"]) == "ok"
+    (run,) = runs(tmp_path)
+    client = store(tmp_path)
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, names.TRAIN_LOSS)) == [1, 5, 10, 15, 20, 23]
+    path = client.download_artifacts(run.info.run_id, "epochs.csv", str(tmp_path))
+    with open(path, newline="") as f:
+        assert [row["epoch"] for row in csv.DictReader(f)] == [str(e) for e in range(1, 24)]
+    assert run.data.params["mlflow.series_points"] == "5"
+
+
+@pytest.mark.parametrize("every, points, epochs, stride", [
+    (10, 320, 200, 10),  # study 5's default job: under the cap, log_every_epochs holds
+    (10, 320, 10_000, 50),  # its 10,000 epochs: 31.25 rounded up to 50 (200 points)
+    (1, 320, 320, 1), (1, 320, 321, 2), (1, 320, 641, 5), (1, 320, 3_201, 20),
+    (7, 320, 10_000, 50), (100, 320, 10_000, 100),  # the larger of the two
+    (1, None, 10**6, 1), (1, 3, 10**8, 5 * 10**7),
+])
+def test_the_series_stride_is_the_round_number_that_keeps_it_under_series_points(every, points, epochs, stride):
+    from sweeps.tracking.series import stride as series_stride, stride_of_run
+
+    assert series_stride(every, points, epochs) == stride
+    params = {"mlflow.log_every_epochs": str(every), "mlflow.series_points": str(points), "epochs": str(epochs)}
+    assert stride_of_run(params) == stride  # a replay after the job's death agrees (None logs as "None")
+
+
+def test_a_series_points_below_1_stops_with_one_line():
+    from conftest import compose
+    from sweeps.config.checks import validate
+    from sweeps.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^mlflow\.series_points=0 is not valid: use null [^\n]*$"):
+        validate(compose(["mlflow.series_points=0"]))
+
+
 def test_a_log_every_epochs_below_1_stops_with_one_line():
     from conftest import compose
     from sweeps.config.checks import validate

@@ -95,6 +95,9 @@ def validate(cfg: DictConfig) -> None:
     if cfg.mlflow.log_every_epochs < 1:
         raise UsageError(f"mlflow.log_every_epochs={cfg.mlflow.log_every_epochs} is not valid: use 1 (every epoch "
                          "in the run's series) or more (epochs.csv keeps every epoch)")
+    if cfg.mlflow.series_points is not None and cfg.mlflow.series_points < 1:
+        raise UsageError(f"mlflow.series_points={cfg.mlflow.series_points} is not valid: use null (no cap on the "
+                         "run's series) or 1 or more points (epochs.csv keeps every epoch)")
     if cfg.checkpoint.every_s < 0 or cfg.checkpoint.every_epochs < 0:
         raise UsageError(f"checkpoint.every_s={cfg.checkpoint.every_s}, checkpoint.every_epochs="
                          f"{cfg.checkpoint.every_epochs}: use values ≥ 0 (0 turns that trigger off)")

@@ -35,6 +35,7 @@ class MLflowConfig:
     tracking_uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite under ./mlruns
     experiment: str = "sweeps"
     log_every_epochs: int = 1  # per-epoch metrics to MLflow every this many epochs (1: each); all in epochs.csv
+    series_points: Optional[int] = None  # at most ~this many points a series (a round stride); None: no cap
 
 
 @dataclass

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeps import names
 from sweeps.names import DONE, HASH_TAG, HOST_TAG, PID_TAG, RESUMED_TAG  # noqa: F401 (re-exported)
+from sweeps.tracking import series
 from sweeps.tracking.epochs import JOURNAL, read_journal
 
 if TYPE_CHECKING:
@@ -111,8 +112,8 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
 
 
 def _replay_journal(client: MlflowClient, run, journal: Path) -> None:
-    """Send what ``journal`` holds and ``run`` lacks, under the run's own ``mlflow.log_every_epochs``
-    param (never raises: the run is closed anyway)."""
+    """Send what ``journal`` holds and ``run`` lacks, on the run's own series stride (from its
+    params: :func:`~sweeps.tracking.series.stride_of_run`; never raises: the run is closed anyway)."""
     from sweeps.tracking.writer import RunWriter
 
     run_id = run.info.run_id
@@ -120,8 +121,7 @@ def _replay_journal(client: MlflowClient, run, journal: Path) -> None:
     if not records:
         return
     writer = RunWriter.attach(client, run_id, reopen=False)
-    every = run.data.params.get("mlflow.log_every_epochs", "1")
-    writer.every_epochs = int(every) if every.isdigit() else 1
+    writer.every_epochs = series.stride_of_run(run.data.params)
     try:
         sent = writer.replay(records)
     finally:

@@ -38,6 +38,7 @@ from sweeps.launch.process import signals
 from sweeps.launch.process.outcome import classify, explain
 from sweeps.tasks.base import create
 from sweeps.telemetry.sampler import for_job
+from sweeps.tracking import series
 from sweeps.tracking.epochs import EpochLog
 from sweeps.train import distributed, host_heap
 from sweeps.train.checkpoint import Checkpoints
@@ -101,7 +102,7 @@ class RankRun:
             from sweeps.tracking.writer import RunWriter
 
             self.writer = RunWriter.attach(MlflowClient(spec.tracking_uri), spec.run_id, reopen=False)
-            self.writer.every_epochs = cfg.mlflow.log_every_epochs
+            self.writer.every_epochs = series.stride(cfg.mlflow.log_every_epochs, cfg.mlflow.series_points, cfg.epochs)
             self.epochs = EpochLog(self.writer, Path(spec.journal), regression, cfg.log_every_s, cfg.epochs,
                                    logged_through=spec.logged_through)
             self.checkpoints = Checkpoints(run_dir, cfg.checkpoint.every_epochs, cfg.checkpoint.keep,
