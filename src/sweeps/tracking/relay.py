@@ -44,7 +44,7 @@ HANDOFF_EPOCHS = 100  # epochs a job logs in-process before its journal goes to 
 # writer process costs to start. Its imports and its store take ~2 s of CPU (mlflow, SQLAlchemy;
 # 2-core VM), what ~40,000 values cost at MLflow's ~50 µs each; where the training's threads
 # keep every core busy that CPU is taken from the training either way, so a job with fewer values
-# to come (study 5's 10,000 epochs at mlflow.log_every_epochs=10: ~15,000) keeps its in-process
+# to come (study 5's 10,000 epochs at a series stride of 10: ~15,000; its preset's 50: ~3,000) keeps its in-process
 # queue: 1.24× its hand loop instead of 1.49× (docs/benchmarks.md, "The hand-over by values")
 HANDOFF_VALUES = 40_000
 # where the training leaves a core free (device.threads below the cores) the start costs it
@@ -70,7 +70,7 @@ def worth_handing_over(epochs_left: int | None, values_per_epoch: int, every: in
                        spare_core: bool = False) -> bool:
     """Whether a job with ``epochs_left`` epochs to come (None: not known), each with
     ``values_per_epoch`` metric values of which every ``every``-th epoch's go to the series
-    (``mlflow.log_every_epochs``), has enough left to send to pay for the writer process's start:
+    (the series' stride: :func:`~sweeps.tracking.series.stride`), has enough left to send to pay for the writer process's start:
     at least :data:`HANDOFF_VALUES` values, or :data:`HANDOFF_VALUES_SPARE_CORE` where its torch
     threads leave a core free (``spare_core``)."""
     if epochs_left is None:
