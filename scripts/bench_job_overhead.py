@@ -117,10 +117,9 @@ def study5(repeats: int, epochs: int, extra: list[str] | None = None, label: str
     extra = extra or []
     print(f"\n## study 5 ({label}): {epochs} epochs, full batch, CPU — marginal cost per epoch")
     composed = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); "
-                               "from conftest import compose; from sweeps.tracking.series import stride; "
-                               "c = compose(%r); print(c.eval.every_epochs, "
-                               "stride(c.mlflow.log_every_epochs, c.mlflow.series_points, %d), c.device.threads or 0)"
-                               % ([*STUDY5, *extra], epochs)],
+                               "from conftest import compose; from sweeps.tracking.series import stride_of_config; "
+                               "c = compose(%r); print(c.eval.every_epochs, stride_of_config(c), c.device.threads or 0)"
+                               % [*STUDY5, *extra, f"epochs={epochs}"]],
                               cwd=REPO, env=ENV, capture_output=True, text=True, check=True).stdout.split()
     eval_every, series_every = int(composed[0]), int(composed[1])
     threads = int(composed[2]) or torch.get_num_threads()  # the hand loop runs with the job's torch threads

@@ -225,6 +225,14 @@ def test_the_series_stride_is_the_round_number_that_keeps_it_under_series_points
     assert stride_of_run(params) == stride  # a replay after the job's death agrees (None logs as "None")
 
 
+def test_a_series_stride_of_bad_settings_is_refused():
+    from sweeps.tracking.series import stride
+
+    for every, points in ((0, None), (1, 0)):
+        with pytest.raises(ValueError, match="use 1 or more"):
+            stride(every, points, 100)
+
+
 def test_a_series_points_below_1_stops_with_one_line():
     from conftest import compose
     from sweeps.config.checks import validate

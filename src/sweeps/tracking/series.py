@@ -12,10 +12,10 @@ computed from all of them.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
 # strides a capped series takes: 1, 2, 5, 10, 20, 50, … so its epochs are round numbers, and an
-# evaluation cadence of 10 or 100 lands on them (no extra points beside the stride's)
+# evaluation every 100 epochs (study 5's) lands on any stride up to 100: no points beside the stride's
 _NICE = (1, 2, 5)
 
 
@@ -55,6 +55,11 @@ def stride(log_every_epochs: int, series_points: int | None, epochs: int) -> int
             if nice * 10**decade >= need:
                 return max(log_every_epochs, nice * 10**decade)
     raise AssertionError("unreachable: the last decade holds a stride ≥ need")  # pragma: no cover
+
+
+def stride_of_config(cfg: Any) -> int:
+    """:func:`stride` of a job's composed config (its ``mlflow`` node and ``epochs``)."""
+    return stride(cfg.mlflow.log_every_epochs, cfg.mlflow.series_points, cfg.epochs)
 
 
 def stride_of_run(params: Mapping[str, str]) -> int:
