@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 # strides a capped series takes: 1, 2, 5, 10, 20, 50, … so its epochs are round numbers, and an
 # evaluation every 100 epochs (study 5's) lands on any stride up to 100: no points beside the stride's
-_NICE = (1, 2, 5)
+_NICE = (1, 2, 5, 10)  # × the power of ten at or below the stride needed
 
 
 def in_series(rec: dict, every: int) -> bool:
@@ -49,12 +49,9 @@ def stride(log_every_epochs: int, series_points: int | None, epochs: int) -> int
                          "use 1 or more (series_points may be None)")
     if series_points is None or epochs <= series_points * log_every_epochs:
         return log_every_epochs
-    need = epochs / series_points
-    for decade in range(int(math.log10(need)) + 2):
-        for nice in _NICE:
-            if nice * 10**decade >= need:
-                return max(log_every_epochs, nice * 10**decade)
-    raise AssertionError("unreachable: the last decade holds a stride ≥ need")  # pragma: no cover
+    need = epochs / series_points  # > log_every_epochs ≥ 1
+    decade = 10 ** math.floor(math.log10(need))
+    return next(m * decade for m in _NICE if m * decade >= need)
 
 
 def stride_of_config(cfg: Any) -> int:
