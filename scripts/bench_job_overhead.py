@@ -4,6 +4,7 @@ defaults) against a hand-written loop on the same data, in the same run. Prints 
 their spread (min / median / max over ``--repeats``); asserts nothing.
 
     python scripts/bench_job_overhead.py [--repeats 3] [--epochs 10000] [--only study5,study4,startup]
+    python scripts/bench_job_overhead.py --device cuda --only study5,study4   # the presets' GPU jobs, hand loops on the GPU
     # study5-every-epoch: study 5 with every epoch in the MLflow series (the preset's stride undone), for comparison
     # study5-threads1, study5-threads2: study 5 with device.threads=1 or 2 (job and hand loop alike)
     # study5-extra --extra KEY=VALUE ...: study 5 with these overrides on top of the preset
@@ -27,6 +28,12 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
   and after) + the job's own start-up (its data read included) (target ≤ 1.15×), ``--study4-epochs`` epochs
   (10); the bare loop runs before and after the job, and both per-epoch series are printed.
 - start-up: the fixed cost of one more job in a sweep (scripts/bench_fixed_cost.py, target ≤ 0.5 s).
+
+``--device cuda``: studies 4 and 5 with ``device=cuda`` (each preset sweeps cpu,cuda), the hand
+loops' tensors and model on the GPU, their clocks read after ``torch.cuda.synchronize()`` (CUDA
+runs asynchronously: the clock waits for the work, as the job's epoch clock does), after one
+unmeasured warm-up run of each hand loop in this process (CUDA context, cuBLAS handles, kernels).
+``--mnist-raw`` points at another copy of the MNIST t10k files (a machine without ../shared).
 """
 from __future__ import annotations
 
@@ -50,6 +57,7 @@ from sweeps.tracking.env import fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 MNIST_RAW = REPO.parent / "shared" / "data" / "mnist-t10k" / "raw"
+DEVICE = torch.device("cpu")  # --device: where the jobs and the hand loops run
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SWEEPS_", "HYDRA_"))}
 
 
@@ -74,7 +82,15 @@ def last_run(client: MlflowClient, experiment: str):
 
 
 # ── study 5 ──────────────────────────────────────────────────────────────────────────────────
-STUDY5 = ["+experiment=tabular_cpu_vs_gpu", "device=cpu", "dataset.train_size=1000"]
+def study5_args() -> list[str]:
+    """The study-5 job's overrides on ``DEVICE``."""
+    return ["+experiment=tabular_cpu_vs_gpu", f"device={DEVICE.type}", "dataset.train_size=1000"]
+
+
+def synchronize() -> None:
+    """Wait for ``DEVICE``'s queued work before a clock is read (nothing to wait for on the CPU)."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
 
 
 def hand_loop_study5(epochs: int, eval_every: int, threads: int) -> float:
@@ -93,10 +109,12 @@ def _hand_loop_study5(epochs: int, eval_every: int) -> float:
 
     x, y = (torch.as_tensor(a, dtype=torch.float32) for a in make_regression(2000, 13, noise=10.0, random_state=0))
     y = ((y - y[:1000].mean()) / y[:1000].std()).unsqueeze(1)
+    x, y = x.to(DEVICE), y.to(DEVICE)
     xtr, ytr, xte, yte = x[:1000], y[:1000], x[1000:], y[1000:]
     torch.manual_seed(0)
-    model = MLP((13,), 1, hidden=[16, 32, 16])
+    model = MLP((13,), 1, hidden=[16, 32, 16]).to(DEVICE)
     opt, loss_fn = torch.optim.Adam(model.parameters(), lr=0.01), torch.nn.MSELoss()
+    synchronize()
     t0 = time.perf_counter()
     for epoch in range(1, epochs + 1):
         model.train()
@@ -108,14 +126,16 @@ def _hand_loop_study5(epochs: int, eval_every: int) -> float:
             model.eval()
             with torch.no_grad():
                 loss_fn(model(xte), yte).item()
+    synchronize()
     return time.perf_counter() - t0
 
 
 def study5(repeats: int, epochs: int, extra: list[str] | None = None, label: str = "preset defaults") -> None:
-    """Marginal ms/epoch of ``python -m sweeps`` (``STUDY5`` + ``extra``) and of the hand loop, each
+    """Marginal ms/epoch of ``python -m sweeps`` (:func:`study5_args` + ``extra``) and of the hand loop, each
     repeat measured back to back; flatness from the run's ``time/elapsed_s`` series."""
     extra = extra or []
-    print(f"\n## study 5 ({label}): {epochs} epochs, full batch, CPU — marginal cost per epoch")
+    print(f"\n## study 5 ({label}): {epochs} epochs, full batch, {DEVICE.type} — marginal cost per epoch")
+    STUDY5 = study5_args()
     composed = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); "
                                "from conftest import compose; from sweeps.tracking.series import stride_of_config; "
                                "c = compose(%r); print(c.eval.every_epochs, stride_of_config(c), c.device.threads or 0)"
@@ -127,6 +147,8 @@ def study5(repeats: int, epochs: int, extra: list[str] | None = None, label: str
           f"(eval.every_epochs={eval_every}, MLflow series every {series_every} epochs, "
           f"device.threads={composed[2] if composed[2] != '0' else 'null'}; hand loop: {threads} torch thread(s))")
     ours, hand, flat, flat_median = [], [], [], []
+    if DEVICE.type == "cuda":
+        hand_loop_study5(200, eval_every, threads)  # unmeasured: CUDA context, cuBLAS handles, first kernels
 
     def marginal_hand() -> float:
         walls = {n: hand_loop_study5(n, eval_every, threads) for n in (100, epochs)}
@@ -185,20 +207,21 @@ def bare_loop_study4(root: Path, epochs: int) -> tuple[list[float], float]:
     from torchvision import datasets
 
     ds = datasets.MNIST(root, train=True, download=False)
-    x = ((ds.data.float() / 255 - 0.1307) / 0.3081).unsqueeze(1)
-    y = ds.targets
+    x = ((ds.data.float() / 255 - 0.1307) / 0.3081).unsqueeze(1).to(DEVICE)
+    y = ds.targets.to(DEVICE)
     torch.manual_seed(0)
-    model = MLP((1, 28, 28), 10)
+    model = MLP((1, 28, 28), 10).to(DEVICE)
     opt, loss_fn = torch.optim.Adam(model.parameters(), lr=0.001), torch.nn.CrossEntropyLoss()
     times, eval_s = [], 0.0
     for _ in range(epochs):
         t = time.perf_counter()
         model.train()
-        for idx in torch.randperm(len(x)).split(100):
+        for idx in torch.randperm(len(x), device=DEVICE).split(100):
             loss = loss_fn(model(x[idx]), y[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+        synchronize()
         times.append(time.perf_counter() - t)
         t = time.perf_counter()
         model.eval()
@@ -231,7 +254,7 @@ def study4(repeats: int, epochs: int = 10, glibc_default: bool = False) -> None:
     ``glibc_default``: each repeat also runs the job with :data:`GLIBC_DEFAULT` (the two jobs'
     order alternating between repeats), the reason the job was 5-12 % slower before it kept its
     heap (docs/benchmarks.md, "Study 4's missing 5-12 %: the host heap")."""
-    print(f"\n## study 4: MNIST MLP 784-1000-1000-10, batch 100, CPU, {epochs} epochs (10,000 real digits per epoch)")
+    print(f"\n## study 4: MNIST MLP 784-1000-1000-10, batch 100, {DEVICE.type}, {epochs} epochs (10,000 real digits per epoch)")
     if not MNIST_RAW.is_dir():
         print(f"skipped: {MNIST_RAW} is not here")
         return
@@ -239,9 +262,11 @@ def study4(repeats: int, epochs: int = 10, glibc_default: bool = False) -> None:
     for r in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
             root = mnist_root(Path(tmp))
-            args = ["+experiment=mnist_devices", "device=cpu", f"dataset.root={root}", f"epochs={epochs}",
+            args = ["+experiment=mnist_devices", f"device={DEVICE.type}", f"dataset.root={root}", f"epochs={epochs}",
                     "dataset.if_missing=stop"]
             variants = [[], [GLIBC_DEFAULT]] if glibc_default else [[]]
+            if DEVICE.type == "cuda" and r == 0:
+                bare_loop_study4(root, 2)  # unmeasured: CUDA context, cuBLAS handles, first kernels
             bare_before, eval_before = bare_loop_study4(root, epochs)
             jobs = {tuple(v): _study4_job(args + v, Path(tmp) / f"job{i}")
                     for i, v in enumerate(variants if r % 2 == 0 else variants[::-1])}
@@ -285,6 +310,7 @@ def startup(repeats: int) -> None:
 
 
 def main() -> None:
+    global DEVICE, MNIST_RAW
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=10_000)
@@ -294,13 +320,21 @@ def main() -> None:
                     help=f"study 4: each repeat also runs the job with {GLIBC_DEFAULT}, for comparison")
     ap.add_argument("--extra", nargs="*", default=[], metavar="KEY=VALUE",
                     help="study5-extra: study 5 again with these overrides (e.g. mlflow.log_every_epochs=25)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="studies 4 and 5: the jobs' device=... and the hand loops' device")
+    ap.add_argument("--mnist-raw", type=Path, default=MNIST_RAW,
+                    help="folder holding t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz (study 4)")
     args = ap.parse_args()
+    DEVICE, MNIST_RAW = torch.device(args.device), args.mnist_raw
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no CUDA device here")
     if args.study4_epochs < 3:
         ap.error(f"--study4-epochs {args.study4_epochs}: at least 3 (study 4 reports the epochs from the 3rd on)")
     fp = fingerprint()
     print(f"{time.strftime('%Y-%m-%d %H:%M')}  {fp['cpu']['model']} ({fp['cpu']['cores']} logical cores), "
           f"{fp['ram_gb']:.1f} GB; Python {platform.python_version()}, torch {torch.__version__}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+          f"load average {os.getloadavg()[0]:.2f}"
+          + (f"; GPU {torch.cuda.get_device_name(DEVICE)}, driver {fp.get('nvidia_driver')}" if DEVICE.type == "cuda" else ""))
     parts = args.only.split(",")
     if "study5" in parts:
         study5(args.repeats, args.epochs)
