@@ -32,6 +32,8 @@ class FakeNVML:
     utilisation 10 t %, memory used (1000 + 100 t) MB, temperature 40 + t + i °C, power
     ``power_w(t)`` (default 200 + 100 t W) and energy counter 5 MJ + ∫power = 5e6 + 200 t + 50 t² J,
     fan 30 %, clock-event reasons ``reasons(t)`` (default: gpu_idle before t=1, sw_power_cap at t=3).
+    ``energy_read_s``: how long the energy counter's read takes (s), moving a :class:`Clock` on
+    (an H200 VM's driver took 3.6 ms a call, docs/benchmarks.md; the other queries ~10 µs).
     """
 
     NVMLError = pynvml.NVMLError
@@ -44,8 +46,10 @@ class FakeNVML:
     def __init__(self, clock: Callable[[], float], gpus: int = 1, unsupported=(), init_error=None,
                  power_w: Callable[[float], float] = lambda t: 200 + 100 * t,
                  energy_j: Callable[[float], float] = lambda t: 5e6 + 200 * t + 50 * t * t,
-                 reasons: Callable[[float], int] = lambda t: 0x1 if t < 1 else (0x4 if t == 3 else 0)):
+                 reasons: Callable[[float], int] = lambda t: 0x1 if t < 1 else (0x4 if t == 3 else 0),
+                 energy_read_s: float = 0.0):
         self.clock, self.gpus, self.unsupported, self.init_error = clock, gpus, set(unsupported), init_error
+        self.energy_read_s = energy_read_s
         self.power_w, self.energy_j, self.reasons = power_w, energy_j, reasons
         self.calls: Counter = Counter()
         self.fail_next: dict[str, BaseException] = {}  # query → error raised once (transient)
@@ -109,7 +113,10 @@ class FakeNVML:
         return self.reasons(self._ask("nvmlDeviceGetCurrentClocksEventReasons"))
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h):
-        return round(self.energy_j(self._ask("nvmlDeviceGetTotalEnergyConsumption")) * 1000)
+        value = round(self.energy_j(self._ask("nvmlDeviceGetTotalEnergyConsumption")) * 1000)
+        if self.energy_read_s:
+            self.clock.t += self.energy_read_s  # the driver's answer takes this long
+        return value
 
     # system and static device queries (the machine's fingerprint)
     def nvmlSystemGetDriverVersion(self):

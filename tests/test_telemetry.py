@@ -340,6 +340,58 @@ def test_a_job_of_long_epochs_with_short_evaluations_between_them_has_its_traini
     assert all(w.exact for w in tel.windows)
 
 
+def test_where_the_energy_read_takes_ms_edge_samples_stay_within_two_percent_of_training(caplog):
+    """An H200 VM's driver answered the energy counter in 3.6 ms: two edge samples every 50 ms
+    would take ~15 % of a job of 2-ms epochs (study 5 on the GPU), on the training thread. The
+    gap grows to EDGE_COST_RATIO × the measured cost (0.36 s): 2-ms epochs pay two samples per
+    0.36 s (≤ 2 %), an epoch at least that long still earns the next its edges (and energy), and
+    the log says once why shorter epochs have no energy figure."""
+    from sweeps.telemetry.sampler import EDGE_COST_RATIO, EDGE_GAP_S
+
+    read_s = 0.0036
+    clock = Clock()
+    tel = Telemetry(1000, ["GPU-fake-0"], nvml=FakeNVML(clock, energy_read_s=read_s), clock=clock)
+    tel.start()
+    with caplog.at_level("INFO", logger="sweeps"):
+        t0, edges_before = clock.t, len(tel.rows)
+        for epoch in range(1, 501):  # 500 epochs of 2 ms of training each
+            tel.epoch_start(epoch)
+            clock.t += 0.002
+            tel.epoch_end(epoch)
+        training_s = 500 * 0.002
+        edge_s = (len(tel.rows) - edges_before) * read_s
+        assert tel.edge_gap_s() == pytest.approx(EDGE_COST_RATIO * read_s)
+        assert edge_s / training_s <= 0.03, (len(tel.rows) - edges_before, clock.t - t0)
+        assert (len(tel.rows) - edges_before) > 2  # still sampled, at the wider gap
+        tel.epoch_start(501)  # an epoch longer than the gap: the next one has its edges and energy
+        clock.t += 2 * tel.edge_gap_s()
+        tel.epoch_end(501)
+        clock.t += EDGE_GAP_S / 10  # a short evaluation
+        tel.epoch_start(502)
+        clock.t += 2 * tel.edge_gap_s()
+        assert "gpu/energy_j" in tel.epoch_end(502)
+    tel.stop()
+    notes = [r.getMessage() for r in caplog.records if "epoch-edge sample takes" in r.getMessage()]
+    assert len(notes) == 1 and "3.6 ms" in notes[0] and "0.36 s" in notes[0], notes
+
+
+def test_with_a_fast_energy_read_the_edge_gap_stays_at_its_floor():
+    """A driver that answers in µs (or the fake's instant clock) keeps EDGE_GAP_S: epochs of
+    ≥ 50 ms all have their edges and energy, as before."""
+    from sweeps.telemetry.sampler import EDGE_GAP_S
+
+    clock = Clock()
+    tel = Telemetry(1000, ["GPU-fake-0"], nvml=FakeNVML(clock, energy_read_s=20e-6), clock=clock)
+    tel.start()
+    for epoch in range(1, 6):
+        tel.epoch_start(epoch)
+        clock.t += EDGE_GAP_S
+        assert "gpu/energy_j" in tel.epoch_end(epoch)
+        clock.t += EDGE_GAP_S / 10
+    tel.stop()
+    assert tel.edge_gap_s() == EDGE_GAP_S and "energy/train_j" in tel.summary(5)
+
+
 def test_the_machine_cpu_pct_of_a_sample_spans_the_time_since_the_previous_row_on_any_thread(monkeypatch):
     """psutil.cpu_percent(None) keeps its reference point per thread (psutil 5.9+: a dict keyed by
     thread id), and samples are taken on the main thread (start, epoch edges) and on the sampler's

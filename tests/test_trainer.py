@@ -83,3 +83,33 @@ def test_regression_targets_from_python_floats_train_against_the_outputs_shape()
     rec = trainer.train_epoch([(x, y)], "t")
     assert rec["train/loss"] == pytest.approx(right, rel=1e-6) and right != pytest.approx(broadcast, rel=1e-3)
     assert trainer.evaluate([(x, y)])["test/loss"] == pytest.approx(right, rel=1e-6)
+
+
+def test_peak_memory_is_read_at_most_every_tenth_of_a_second_and_exactly_after_the_last_epoch():
+    """``mem/epoch_peak_mb`` is a running peak: reading it costs (CUDA's memory_stats builds a dict
+    of ~160 figures, 0.4 ms an epoch on an H200 VM beside 2.4-ms epochs), so fit reads it at most
+    every 0.1 s — each epoch carries the latest read — and always after the last epoch, which is
+    what the job's ``mem/peak_mb`` takes."""
+    import time
+
+    from sweeps.train.noise import MIN_WINDOW_S
+
+    model = Recorder()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    trainer = Trainer(model, SPEC, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1.0), CPU)
+    reads = []
+
+    def peak_memory_mb(peak_rss: int) -> float:
+        reads.append(time.perf_counter())
+        return float(len(reads))  # a peak that grows with every read
+
+    trainer.peak_memory_mb = peak_memory_mb
+    records = []
+    data, test = _batches([4]), _batches([4], seed=1)
+    t0 = time.perf_counter()
+    trainer.fit(data, test, 400, records.append, eval_every=100)
+    took = time.perf_counter() - t0
+    assert len(records) == 400 and records[-1]["mem/epoch_peak_mb"] == len(reads)  # the last epoch read it
+    assert len(reads) <= took / MIN_WINDOW_S + 2, (len(reads), took)
+    assert all(b - a >= MIN_WINDOW_S for a, b in zip(reads, reads[1:-1]))  # apart, but the last read
+    assert [r["mem/epoch_peak_mb"] for r in records] == sorted(r["mem/epoch_peak_mb"] for r in records)

@@ -9,13 +9,16 @@ job.
 
 A thread samples every ``interval_s``; the trainer also takes a sample at each edge of a training
 epoch, where the device is synchronized, so each epoch window has exact ends and the energy
-counter is read with the GPU's queue empty. An epoch that follows one shorter than
-:data:`EDGE_GAP_S` (epochs of a few ms) gets no edges, except with a GPU once the last sample is
-:data:`EDGE_GAP_S` old (on the host alone there is no energy to read at them): such an epoch's
-metrics come from the samples inside it, if any, and it has no energy figure (``energy/train_j``
-is then omitted). After
-an epoch of at least :data:`EDGE_GAP_S` the next one always gets its edges, however soon it starts
-(a short evaluation between them): two samples then cost ≤ 0.6 % of the training time. One summary per epoch, never a log call per sample.
+counter is read with the GPU's queue empty. Those edge samples run on the training thread, so
+their cost is bounded: the edge gap (:meth:`Telemetry.edge_gap_s`) is :data:`EDGE_GAP_S`, or
+:data:`EDGE_COST_RATIO` times what an edge sample took where that is more (an H200 VM's
+``nvmlDeviceGetTotalEnergyConsumption`` took 3.6 ms a call, docs/benchmarks.md): two samples per
+gap, ≤ 2 % of the training time. An epoch that follows one shorter than the gap (epochs of a few
+ms) gets no edges, except with a GPU once the last sample is a gap old (on the host alone there is
+no energy to read at them): such an epoch's metrics come from the samples inside it, if any, and
+it has no energy figure (``energy/train_j`` is then omitted). After an epoch at least a gap long
+the next one always gets its edges, however soon it starts (a short evaluation between them).
+One summary per epoch, never a log call per sample.
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ from sweeps.telemetry.stats import busy_pct, energy, epoch_metrics, reasons_seen
 log = logging.getLogger("sweeps")
 META = ("t_s", "unix_s", "epoch", "mark")  # seconds since start, Unix time, training epoch, edge
 EDGE_GAP_S = 0.05  # epoch edges are sampled only when the last sample is at least this old (s)
+# ... or this many times an edge sample's own cost, if more: two per gap then take ≤ 2 % of the time
+EDGE_COST_RATIO = 100
 
 
 @dataclass
@@ -79,6 +84,7 @@ class Telemetry:
         self._cpu_times: Any = None  # psutil.cpu_times() at the previous sample (machine-wide CPU %)
         self._methods: set[str] = set()  # how energy was measured: counter, power_integration
         self._last_epoch_s = 0.0  # the previous epoch's length (s): a long one earns the next its edges
+        self._edge_cost_s = 0.0  # what an edge sample takes on the training thread (s, running mean)
 
     # lifecycle -------------------------------------------------------------------------------
     def start(self) -> "Telemetry":
@@ -201,16 +207,31 @@ class Telemetry:
             # A short epoch gets them every EDGE_GAP_S only where there is a GPU's energy counter to
             # read at them: on the host alone they bought nothing but 2 samples (~0.25 ms) every 50 ms,
             # ~2 % of study 5's 1-ms epochs (py-spy); its host figures come from the sampler's rows
-            edge = not self.windows or self._last_epoch_s >= EDGE_GAP_S or (bool(self.handles) and self._edge_due())
+            gap = self.edge_gap_s()
+            edge = not self.windows or self._last_epoch_s >= gap or (bool(self.handles) and self._edge_due(gap))
             self._open = Window(epoch, len(self.rows), exact=edge, opened_s=self._clock())
             if edge:
-                self.sample("epoch_start")
+                self._edge_sample("epoch_start")
 
-    def _edge_due(self, gap_s: float | None = None) -> bool:
-        """Whether an epoch edge gets its own sample because the last sample is at least
-        :data:`EDGE_GAP_S` old (a sample costs ~0.15 ms; a 1-ms epoch must not pay two of them)."""
-        gap = EDGE_GAP_S if gap_s is None else gap_s
+    def edge_gap_s(self) -> float:
+        """The edge gap (s): :data:`EDGE_GAP_S`, or :data:`EDGE_COST_RATIO` × an edge sample's
+        measured cost where that is longer (a 1-ms epoch must not pay two samples; where NVML's
+        energy read takes ms, neither may a 50-ms one)."""
+        return max(EDGE_GAP_S, EDGE_COST_RATIO * self._edge_cost_s)
+
+    def _edge_due(self, gap: float) -> bool:
+        """Whether an epoch edge gets its own sample because the last sample is ``gap`` s old."""
         return not self.rows or self._clock() - self._t0 - self.rows[-1][0] >= gap
+
+    def _edge_sample(self, mark: str) -> None:
+        """An edge sample, its cost folded into the running mean that sets :meth:`edge_gap_s`."""
+        t = self._clock()
+        self.sample(mark)
+        took = self._clock() - t
+        self._edge_cost_s = took if not self._edge_cost_s else (self._edge_cost_s + took) / 2
+        if self.edge_gap_s() > EDGE_GAP_S:
+            self._note("edge gap", f"telemetry: an epoch-edge sample takes {1e3 * took:.1f} ms here: epoch edges "
+                       f"at most every {self.edge_gap_s():.2f} s; epochs shorter than that have no energy figure")
 
     def epoch_end(self, epoch: int) -> dict[str, float]:
         """Close the epoch (device synchronized); its summary metrics (``gpu/…``, ``host/…``)."""
@@ -221,7 +242,7 @@ class Telemetry:
             self._last_epoch_s = self._clock() - w.opened_s
             w.exact = w.exact and self._edge_due(0.0)
             if w.exact:
-                self.sample("epoch_end")  # still inside the window: the row carries its epoch
+                self._edge_sample("epoch_end")  # still inside the window: the row carries its epoch
             self._open = None
             w.last = len(self.rows) - 1
             rows = self.rows[w.first:w.last + 1]
