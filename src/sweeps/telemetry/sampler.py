@@ -23,8 +23,10 @@ One summary per epoch, never a log call per sample.
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -41,6 +43,7 @@ META = ("t_s", "unix_s", "epoch", "mark")  # seconds since start, Unix time, tra
 EDGE_GAP_S = 0.05  # epoch edges are sampled only when the last sample is at least this old (s)
 # ... or this many times an edge sample's own cost, if more: two per gap then take ≤ 2 % of the time
 EDGE_COST_RATIO = 100
+EDGE_COSTS_KEPT = 5  # that cost is the median of the last few edge samples' (one stalled sample moves nothing)
 
 
 @dataclass
@@ -84,7 +87,7 @@ class Telemetry:
         self._cpu_times: Any = None  # psutil.cpu_times() at the previous sample (machine-wide CPU %)
         self._methods: set[str] = set()  # how energy was measured: counter, power_integration
         self._last_epoch_s = 0.0  # the previous epoch's length (s): a long one earns the next its edges
-        self._edge_cost_s = 0.0  # what an edge sample takes on the training thread (s, running mean)
+        self._edge_costs: deque = deque(maxlen=EDGE_COSTS_KEPT)  # what the last edge samples took (s)
 
     # lifecycle -------------------------------------------------------------------------------
     def start(self) -> "Telemetry":
@@ -216,19 +219,22 @@ class Telemetry:
     def edge_gap_s(self) -> float:
         """The edge gap (s): :data:`EDGE_GAP_S`, or :data:`EDGE_COST_RATIO` × an edge sample's
         measured cost where that is longer (a 1-ms epoch must not pay two samples; where NVML's
-        energy read takes ms, neither may a 50-ms one)."""
-        return max(EDGE_GAP_S, EDGE_COST_RATIO * self._edge_cost_s)
+        energy read takes ms, neither may a 50-ms one). The cost is the median of the last
+        :data:`EDGE_COSTS_KEPT` edge samples': a sample stalled once (a page fault, a busy
+        core) neither widens the gap nor takes the next long epoch's energy figure."""
+        cost = statistics.median(self._edge_costs) if self._edge_costs else 0.0
+        return max(EDGE_GAP_S, EDGE_COST_RATIO * cost)
 
     def _edge_due(self, gap: float) -> bool:
         """Whether an epoch edge gets its own sample because the last sample is ``gap`` s old."""
         return not self.rows or self._clock() - self._t0 - self.rows[-1][0] >= gap
 
     def _edge_sample(self, mark: str) -> None:
-        """An edge sample, its cost folded into the running mean that sets :meth:`edge_gap_s`."""
+        """An edge sample, its cost kept for :meth:`edge_gap_s`."""
         t = self._clock()
         self.sample(mark)
         took = self._clock() - t
-        self._edge_cost_s = took if not self._edge_cost_s else (self._edge_cost_s + took) / 2
+        self._edge_costs.append(took)
         if self.edge_gap_s() > EDGE_GAP_S:
             self._note("edge gap", f"telemetry: an epoch-edge sample takes {1e3 * took:.1f} ms here: epoch edges "
                        f"at most every {self.edge_gap_s():.2f} s; epochs shorter than that have no energy figure")
