@@ -23,6 +23,7 @@ import math
 import multiprocessing as mp
 import os
 import platform
+import queue
 import shutil
 import signal
 import socket
@@ -204,7 +205,14 @@ def stored(store_uri: str, run_ids: list[str]) -> tuple[int, int]:
     return distinct, extra
 
 
-def trial(url: str, store_uri: str, n: int, procs: int, warmup_s: float, window_s: float) -> dict:
+class Unfinished(Exception):
+    """A trial whose jobs had not all ended ``end_s`` after its window (the server's backlog)."""
+
+
+def trial(url: str, store_uri: str, n: int, procs: int, warmup_s: float, window_s: float, end_s: float) -> dict:
+    """One trial of ``n`` simulated jobs in ``procs`` client processes. Raises :class:`Unfinished`
+    (the client processes killed, the values stored by then counted) when they have not all
+    reported ``end_s`` after the window."""
     from mlflow import MlflowClient
     exp_id = MlflowClient(url).create_experiment(f"bench-{n}-{time.time_ns()}")
     ctx = mp.get_context("spawn")
@@ -215,7 +223,22 @@ def trial(url: str, store_uri: str, n: int, procs: int, warmup_s: float, window_
                for s in sizes if s]
     for p in workers:
         p.start()
-    parts = [out.get(timeout=start_at - time.time() + warmup_s + window_s + 600) for _ in workers]
+    deadline = start_at + warmup_s + window_s + end_s
+    try:
+        parts = [out.get(timeout=max(0.0, deadline - time.time())) for _ in workers]
+    except queue.Empty:
+        for p in workers:  # else they go on retrying against a server this script is about to stop
+            p.kill()
+        import sqlalchemy as sa  # the database itself: the server may still be too busy to answer
+        engine = sa.create_engine(store_uri)
+        with engine.connect() as con:
+            runs = [r for (r,) in con.execute(sa.text("SELECT run_uuid FROM runs WHERE experiment_id = :e"),
+                                                {"e": int(exp_id)})]
+        engine.dispose()
+        distinct, _ = stored(store_uri, runs)
+        expected = len(runs) * int((warmup_s + window_s) / EPOCH_S) * len(KEYS)
+        raise Unfinished(f"not all jobs had ended {end_s:g} s after the window; {distinct} of {expected} values "
+                         f"stored by then") from None
     for p in workers:
         p.join()
     lat = sorted(x for p in parts for x in p["latencies"])
@@ -244,6 +267,8 @@ def main() -> None:
     ap.add_argument("--window-s", type=float, default=120.0, help="s of steady state measured: several send cycles (up to 30 s + latency each)")
     ap.add_argument("--jobs-per-process", type=int, default=125, help="simulated jobs per client process")
     ap.add_argument("--workers", type=int, default=4, help="mlflow server --workers")
+    ap.add_argument("--end-s", type=float, default=600.0,
+                    help="s after the window for every job's end flush; a trial not ended by then is not carried")
     ap.add_argument("--p99-bound-s", type=float, default=30.0,
                     help="a trial carries N when p99 latency is under this (s; default: the cadence cap)")
     a = ap.parse_args()
@@ -265,10 +290,15 @@ def main() -> None:
                     largest = 0
                     for n in a.jobs:
                         rs = []
-                        for _ in range(a.repeats):
-                            rs.append(trial(url, store_uri, n, math.ceil(n / a.jobs_per_process), a.warmup_s,
-                                            a.window_s))
-                            print(f"  trial N={n}: " + ", ".join(f"{k} {v:.3g}" for k, v in rs[-1].items()), flush=True)
+                        try:
+                            for _ in range(a.repeats):
+                                rs.append(trial(url, store_uri, n, math.ceil(n / a.jobs_per_process), a.warmup_s,
+                                                a.window_s, a.end_s))
+                                print(f"  trial N={n}: " + ", ".join(f"{k} {v:.3g}" for k, v in rs[-1].items()),
+                                      flush=True)
+                        except Unfinished as e:
+                            print(f"{n} | not carried: {e} (load {os.getloadavg()[0]:.1f})", flush=True)
+                            break  # a larger N would not end either
                         ok = all(r["lost"] == 0 and r["dup"] == 0 and r["p99"] < a.p99_bound_s and r["kept_up"] >= 0.95
                                  for r in rs)
                         largest = n if ok and n > largest else largest
