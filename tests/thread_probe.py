@@ -12,6 +12,11 @@ def scheduling(client: Any) -> tuple[int, int]:
     return os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)
 
 
+def answering(client: Any) -> tuple[int, int, int]:
+    """(scheduling policy, nice value, process id) of the calling thread."""
+    return os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0), os.getpid()
+
+
 def hold_the_store(client: Any, db: str, run_id: str, key: str) -> tuple[int, int]:
     """Log ``key`` = 1.0 at step 0 to run ``run_id``, then return :func:`scheduling`; run at the
     lowest priority (a background call), first take sqlite's write lock on ``db`` and never let
