@@ -287,6 +287,101 @@ def test_marking_a_stale_run_killed_replays_its_journal_first_exactly_once(tmp_p
         assert steps == [1, 2, 3, 4, 5], (key, steps)  # every epoch the journal holds, each once
 
 
+def test_a_run_whose_store_went_away_at_its_jobs_end_is_closed_by_the_next_start_as_the_job_ended(tmp_path):
+    """The job ended ok but the store was gone before it could close the run: its folder kept the
+    journal, the outcome, the job-level values and the end's artifacts; the next start (the store
+    back) sends the epochs the run lacks, each once, the values and artifacts, closes the run as
+    the job ended (ok, FINISHED: a re-run skips it) and removes the folder."""
+    import json
+
+    from sweeps import names
+    from sweeps.tracking import resume
+    from sweeps.tracking.epochs import JOURNAL
+    from sweeps.tracking.store import open_client
+
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("away")
+    run_id = _stale_run(client, experiment, "h3")
+    client.log_metric(run_id, "train/loss", 1.0, step=1)  # sent before the store went away
+    folder = tmp_path / "checkpoints" / "h3" / run_id
+    folder.mkdir(parents=True)
+    (folder / JOURNAL).write_text("".join(json.dumps({"epoch": e, "train/loss": 1.0 / e}) + "\n" for e in range(1, 5)))
+    assert resume.keep_unclosed(folder, names.OK, "", "FINISHED", {"test/final_acc": 0.75},
+                                {"epochs.csv": "epoch,train/loss\n1,1.0\n", "telemetry.png": b"\x89PNG"},
+                                {names.TELEMETRY_TAG: "nvml"}) == folder
+    for _ in range(2):  # the sweep's start and the job's own: the second finds nothing to do
+        resume.mark_stale(client, experiment, tmp_path / "checkpoints")
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags[names.OUTCOME_TAG] == names.OK
+    assert names.ERROR_TAG not in run.data.tags
+    assert run.data.metrics["test/final_acc"] == 0.75 and run.data.tags[names.TELEMETRY_TAG] == "nvml"
+    assert sorted(m.step for m in client.get_metric_history(run_id, "train/loss")) == [1, 2, 3, 4]
+    assert sorted(a.path for a in client.list_artifacts(run_id)) == ["epochs.csv", "telemetry.png"]
+    assert not folder.exists()
+    assert resume.previous_run(client, experiment, "h3").info.run_id == run_id  # done: a re-run skips the job
+
+
+def test_a_failed_jobs_run_left_open_keeps_its_folder_when_closed_later(tmp_path):
+    """A job that ended in error while the store was away: the next start closes its run FAILED
+    with the job's own error line (not "killed"), and keeps nothing it does not need: the folder
+    of a run that is not done stays, as a killed run's does."""
+    from sweeps import names
+    from sweeps.tracking import resume
+    from sweeps.tracking.store import open_client
+
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("away")
+    run_id = _stale_run(client, experiment, "h4")
+    folder = tmp_path / "checkpoints" / "h4" / run_id
+    resume.keep_unclosed(folder, names.ERROR, "ValueError: bad batch", "FAILED", {}, {})
+    resume.mark_stale(client, experiment, tmp_path / "checkpoints")
+    run = client.get_run(run_id)
+    assert run.info.status == "FAILED"
+    assert (run.data.tags[names.OUTCOME_TAG], run.data.tags[names.ERROR_TAG]) == (names.ERROR, "ValueError: bad batch")
+    assert folder.is_dir()
+
+
+def test_a_writer_whose_store_stays_down_gives_up_after_down_s_and_then_tries_once_a_flush(tmp_path, monkeypatch):
+    """A tracking server that went away: the writer retries its first batch until the store has
+    not answered for DOWN_S, then counts that batch and the rest of the flush lost without a call
+    (they are in the journal); a later flush tries once. MLflow's own retries are switched off here
+    so each call fails at once (a refused connection)."""
+    import socket
+
+    from mlflow import MlflowClient
+
+    from sweeps.tracking import writer as writer_mod
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setattr(writer_mod, "RETRIES", (0.05,) * 20)
+    monkeypatch.setattr(writer_mod, "DOWN_S", 0.3)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    client = MlflowClient(f"http://127.0.0.1:{port}")
+    calls = []
+    real = client.log_batch
+    monkeypatch.setattr(client, "log_batch", lambda *a, **k: (calls.append(len(k.get("metrics", []))), real(*a, **k)))
+    writer = writer_mod.RunWriter.attach(client, "0" * 32, reopen=False)
+    try:
+        for epoch in range(1, 201):  # 2,000 values: two batches
+            writer.log_metrics({f"train/m{i}": float(i) for i in range(10)}, step=epoch)
+        writer.flush()
+        assert writer.lost == 2000 and writer.down
+        assert 2 <= len(calls) <= 21 and set(calls) == {1000}  # the first batch retried; the second never sent
+        calls.clear()
+        writer.log_metrics({"train/loss": 1.0}, step=201)
+        writer.flush()
+        assert calls == [1] and writer.lost == 2001  # down: one try
+        writer.queue_tags({"sweeps.device": "cpu"})
+        writer.flush()
+        assert writer.unsent_tags == {"sweeps.device": "cpu"}  # kept for the run's later close
+    finally:
+        writer._closed = True
+        writer._wake.set()
+        writer._thread.join(timeout=10)
+
+
 def test_a_stale_runs_replay_sends_the_points_its_series_stride_holds(tmp_path):
     """A job whose series held every 5th epoch (mlflow.series_points=2 of 10 epochs) died after
     epoch 7 with nothing sent: its replay sends the first, the 5th and the last it ran, as the

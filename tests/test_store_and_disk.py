@@ -4,8 +4,10 @@ not the measurement. Real file systems: a small tmpfs and a read-only bind mount
 the tests skip with one line elsewhere)."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -209,3 +211,71 @@ def test_a_reader_polling_a_store_that_jobs_are_creating_breaks_neither(tmp_path
     assert not failed, failed
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
     assert [e.name for e in store(tmp_path).search_experiments()].count("sweeps") == 1
+
+
+def test_sweeps_bounds_mlflows_http_retries_unless_the_user_set_them(monkeypatch):
+    """MLflow's own 7 retries hold a refused call ~250 s: sweeps' default is 5, 0-2-4-8-16 s apart,
+    as MLflow reads them; a value the user exported is kept."""
+    from mlflow.environment_variables import MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR, MLFLOW_HTTP_REQUEST_MAX_RETRIES
+
+    from sweeps.tracking import http_policy
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "")  # recorded, so the default set below is undone
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "5")  # the user's own
+    http_policy.bound_http_retries()
+    assert MLFLOW_HTTP_REQUEST_MAX_RETRIES.get() == 5
+    assert MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR.get() == 5
+
+
+def test_once_a_call_has_waited_out_every_retry_later_calls_try_once_until_one_is_answered(monkeypatch):
+    """A tracking server that drops every connection (the network boundary: a real socket): the
+    first call is tried 1 + MLflow's retries times; while the store counts as down each later call
+    is tried once; an answer (here an HTTP 404) ends that, and retries come back."""
+    import socket
+    import threading
+
+    from mlflow import MlflowClient
+
+    from sweeps.tracking import http_policy
+
+    monkeypatch.setattr(http_policy, "_down", [])
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted, mode = [], ["drop"]
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(mode[0])
+            if mode[0] == "answer":
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    client = MlflowClient(f"http://127.0.0.1:{listener.getsockname()[1]}")
+
+    def attempts() -> tuple[int, bool]:
+        before = len(accepted)
+        with pytest.raises(Exception) as e:
+            http_policy.execute_guarded(lambda: client.get_run("0" * 32))
+        time.sleep(0.2)  # the listener thread counts the last connection
+        return len(accepted) - before, http_policy.unanswered(e.value)
+
+    try:
+        assert attempts() == (3, True)  # 1 + 2 retries: the store is down from here
+        assert attempts() == (1, True)  # one try while down
+        assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "2"  # the user's setting put back
+        mode[0] = "answer"
+        assert attempts() == (1, False)  # answered (an HTTP error): no longer down
+        mode[0] = "drop"
+        assert attempts() == (3, True)
+    finally:
+        listener.close()

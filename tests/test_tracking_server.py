@@ -192,3 +192,59 @@ def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_back
     finally:
         proxy.close()
         _stop_server(server)
+
+
+@pytest.mark.slow  # server start-up, a job whose server goes away, its bounded end, a second start: ~2-3 min
+def test_a_server_that_goes_away_mid_job_holds_its_end_minutes_not_hours_and_the_next_start_closes_the_run(tmp_path):
+    """The tracking server stops answering while a job trains (MLflow's default retries would hold
+    the job's end ~4 min per call, ~30 min per batch): the job still ends, its run's folder keeps
+    the journal and the outcome; once the server is back, the next start of the same command sends
+    the epochs the run lacks, each once, closes the run as the job ended (ok) and skips the job."""
+    server, uri = _start_server(tmp_path)
+    proxy = _Proxy(uri)
+    try:
+        job_dir = tmp_path / "jobs"
+        job_dir.mkdir()
+        epochs = 1000
+        args = ["model=mlp", "model.hidden=[8]", "dataset=synthetic", "dataset.shape=[4]", "dataset.train_size=32",
+                "dataset.test_size=8", "batch=full", f"epochs={epochs}", "device=cpu", "telemetry.interval_s=0",
+                f"mlflow.tracking_uri={proxy.uri}", "mlflow.experiment=away", TEST_CONF]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))}
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "1"  # the user's own, kept; sweeps' 5 would add ~2 min here
+        job = subprocess.Popen([sys.executable, "-m", "sweeps", *args], cwd=job_dir, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        client = MlflowClient(uri)
+        deadline = time.monotonic() + 180
+        run = None
+        while run is None or "train/loss" not in run.data.metrics:  # the job has sent epochs
+            assert job.poll() is None and time.monotonic() < deadline, "the job ended before it sent an epoch"
+            time.sleep(0.5)
+            exp = client.get_experiment_by_name("away")
+            found = client.search_runs([exp.experiment_id]) if exp else []
+            run = found[0] if found else None
+        proxy.down()
+        out, err = job.communicate(timeout=400)  # MLflow's own retries would hold it ~30 min
+        said = out + err
+        assert job.returncode == 0, said[-3000:]
+        assert "could not be closed" in said and "the next `python -m sweeps`" in said, said[-3000:]
+        assert "Retrying (Retry(" not in said  # urllib3's line per retry is muted
+        assert client.get_run(run.info.run_id).info.status == "RUNNING"
+        folder = next((job_dir / "checkpoints").glob(f"*/{run.info.run_id}"))
+        assert (folder / "ended.json").is_file() and (folder / "epochs.jsonl").is_file()
+        proxy.up()
+        again = run_cli(args, job_dir, timeout=300)
+        assert again.returncode == 0, again.stderr[-3000:]
+        said = again.stdout + again.stderr
+        assert "already done" in said and "closed as ok" in said, said[-3000:]
+        closed = client.get_run(run.info.run_id)
+        assert closed.info.status == "FINISHED" and closed.data.tags["outcome"] == "ok"
+        assert "test/final_acc" in closed.data.metrics
+        for key in ("train/loss", "time/epoch_s"):
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+            assert sorted(steps) == list(range(1, epochs + 1)), (key, len(steps))
+        assert "epochs.csv" in [a.path for a in client.list_artifacts(run.info.run_id)]
+        assert not folder.exists()
+    finally:
+        proxy.close()
+        _stop_server(server)

@@ -30,7 +30,7 @@ import signal
 import sys
 import threading
 
-from sweeps.tracking import priority
+from sweeps.tracking import http_policy, priority
 from sweeps.tracking.series import in_series
 from sweeps.tracking.writer import RunWriter
 
@@ -98,6 +98,7 @@ def main() -> None:
         signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # it writes there must not stop it (stty tostop)
     priority.lowest()  # the whole process (its sender threads too): the training comes first
     logging.basicConfig(level=logging.WARNING, format="[sweeps writer process] %(levelname)s %(message)s")
+    http_policy.quiet_retries()
     from mlflow import MlflowClient  # after the priority: its ~1 s of imports runs at nice 19 too
 
     inbox: queue.Queue = queue.Queue()

@@ -84,14 +84,16 @@ def _alive(pid: int) -> bool:
 
 def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | Path | None = None) -> int:
     """Close runs left RUNNING by a process of this host that no longer exists (SIGKILL, power
-    loss): status KILLED, ``outcome=killed``. Runs of other hosts are left alone. Returns the count.
+    loss): status KILLED, ``outcome=killed`` — or, where the job ended but the store did not let
+    it close the run (a tracking server gone away), as the job ended (:func:`keep_unclosed`). Runs
+    of other hosts are left alone. Returns the count.
 
     Write-ahead all the way: before a stale run is closed, what its journal
     (``<checkpoint_dir>/<config hash>/<run id>/epochs.jsonl``) holds that never reached MLflow
     — the epochs the dead process had printed but not yet sent — is replayed into it, each
     (metric, epoch) once (:meth:`RunWriter.replay` checks the run's history first)."""
     host = socket.gethostname()
-    stale = 0
+    stale = ended = 0
     for run in client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
         tags = run.data.tags
         if tags.get(HOST_TAG) != host or not tags.get(PID_TAG, "").isdigit():
@@ -99,8 +101,12 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
         pid = int(tags[PID_TAG])
         if pid == os.getpid() or _alive(pid):
             continue
-        if checkpoint_dir is not None and tags.get(HASH_TAG):
-            _replay_journal(client, run, Path(checkpoint_dir) / tags[HASH_TAG] / run.info.run_id / JOURNAL)
+        folder = Path(checkpoint_dir) / tags[HASH_TAG] / run.info.run_id if checkpoint_dir and tags.get(HASH_TAG) else None
+        if folder is not None:
+            _replay_journal(client, run, folder / JOURNAL)
+            if _close_ended(client, run.info.run_id, folder):
+                ended += 1
+                continue
         client.set_tag(run.info.run_id, names.OUTCOME_TAG, names.KILLED)
         client.set_tag(run.info.run_id, names.ERROR_TAG,
                        f"process {pid} on {host} ended without closing the run (SIGKILL or power loss)")
@@ -108,7 +114,65 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
         stale += 1
     if stale:
         log.info("marked %d run(s) left RUNNING by dead processes as killed", stale)
-    return stale
+    return stale + ended
+
+
+ENDED = "ended.json"  # in a run's folder: how its job ended, where the store let it not close the run
+UNSENT = "unsent"  # in a run's folder: the artifacts its job's end could not log
+
+
+def keep_unclosed(folder: str | Path, outcome: str, error: str, status: str, metrics: dict[str, float],
+                  artifacts: dict[str, str | bytes], tags: dict[str, str] | None = None) -> Path | None:
+    """Keep in the run's ``folder`` (beside its journal) what its job's end could not give a store
+    that went away: :data:`ENDED` (``outcome``, one-line ``error``, run ``status``, the job-level
+    ``metrics`` logged at step 0, the ``tags`` never sent) and ``artifacts`` (name → text or bytes)
+    under :data:`UNSENT`.
+    :func:`mark_stale` closes the run with them on a later start. Returns ``folder``, or None where
+    nothing could be written (never raises)."""
+    folder = Path(folder)
+    try:
+        (folder / UNSENT).mkdir(parents=True, exist_ok=True)
+        for name, data in artifacts.items():
+            target = folder / UNSENT / name
+            target.write_bytes(data) if isinstance(data, bytes) else target.write_text(data, encoding="utf-8")
+        (folder / ENDED).write_text(json.dumps({"outcome": outcome, "error": error, "status": status,
+                                                "metrics": metrics, "tags": tags or {}}), encoding="utf-8")
+    except OSError:
+        return None
+    return folder
+
+
+def _close_ended(client: MlflowClient, run_id: str, folder: Path) -> bool:
+    """Close run ``run_id`` as its job ended (:func:`keep_unclosed`'s :data:`ENDED` in ``folder``):
+    its metrics, artifacts, outcome and status; a done run's folder is then removed. False where
+    ``folder`` has no readable :data:`ENDED` (a job that died: closed as killed instead)."""
+    try:
+        ended = json.loads((folder / ENDED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    from sweeps.tracking.writer import RunWriter
+
+    writer = RunWriter.attach(client, run_id, reopen=False)
+    try:
+        writer.log_metrics(ended.get("metrics") or {})
+        writer.queue_tags(ended.get("tags") or {})
+    finally:
+        writer.close()
+    if writer.lost:  # left RUNNING: the next start tries again
+        log.warning("run %s: its job's last values were refused again; it stays open until the next start", run_id)
+        return True
+    if (folder / UNSENT).is_dir() and any((folder / UNSENT).iterdir()):
+        client.log_artifacts(run_id, str(folder / UNSENT))
+    client.set_tag(run_id, names.OUTCOME_TAG, ended["outcome"])
+    if ended.get("error"):
+        client.set_tag(run_id, names.ERROR_TAG, ended["error"])
+    client.set_terminated(run_id, ended["status"])
+    log.info("run %s: closed as %s, as its job had ended (the store was away then)", run_id, ended["outcome"])
+    if ended["outcome"] in DONE:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+    return True
 
 
 def _replay_journal(client: MlflowClient, run, journal: Path) -> None:

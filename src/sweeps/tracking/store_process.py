@@ -68,8 +68,10 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="[sweeps store process] %(levelname)s %(message)s")
 
     from sweeps.errors import UsageError, describe
-    from sweeps.tracking import store
+    from sweeps.tracking import http_policy, store
     from sweeps.tracking.store_service import LOW
+
+    http_policy.quiet_retries()
 
     # the imports an sqlite or PostgreSQL store's opening needs (~0.9 s), before the job names it
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
@@ -121,11 +123,12 @@ def answer_to(client: Any, request: bytes) -> tuple:
     unpickle and an exception of the call alike reach the caller as a
     :class:`~sweeps.tracking.store_service.StoreError` named like it."""
     from sweeps.tracking.entities import mirror
+    from sweeps.tracking.http_policy import execute_guarded
     from sweeps.tracking.store_service import execute
 
     try:
         kind, name, args, kwargs = pickle.loads(memoryview(request)[1:])
-        return ("ok", mirror(execute(client, kind, name, args, kwargs)))
+        return ("ok", mirror(execute_guarded(lambda: execute(client, kind, name, args, kwargs))))
     except Exception as e:  # noqa: BLE001
         return ("error", type(e).__name__, str(e))
 

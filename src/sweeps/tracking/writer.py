@@ -5,7 +5,12 @@ Metrics are queued and sent from a background thread in batches (``log_batch``, 
 :mod:`sweeps.tracking.cadence`), so a job pays a list append per epoch, not a round trip to the
 store: a 10,000-epoch job of 1 ms epochs makes a few hundred calls, not 10,000. :meth:`RunWriter.flush` sends everything queued and is called on every way a
 job ends; a failed send is retried with backoff (connection errors, 5xx, a busy server's
-"QueuePool limit" 400) and never fails the job — what still cannot be sent is reported once.
+"QueuePool limit" 400) and never fails the job — what still cannot be sent is reported once. A
+store that has not answered for :data:`DOWN_S` counts as down: each later send is tried once, and
+the rest of a flush whose send failed is counted lost without a call (every epoch is in the
+job's journal and records, which the job's end or a later start replays), so a tracking server
+that goes away costs a job's end about a minute, not MLflow's minutes of retries per batch
+(:mod:`sweeps.tracking.http_policy`).
 
 Everything goes through an explicit client (no global "active run"), so jobs that run one after
 another in one process never inherit each other's state: an :class:`mlflow.MlflowClient`, or the
@@ -37,6 +42,7 @@ log = logging.getLogger("sweeps")
 FLUSH_S = 2.0  # seconds between background sends of queued metrics while the server is quick
 BATCH = 1000  # MLflow's log_batch limit on metrics per call
 RETRIES = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # s to wait before each retry of a failed send
+DOWN_S = 30.0  # s of failed sends after which the store counts as down: later sends are tried once
 
 
 class RunWriter:
@@ -63,6 +69,8 @@ class RunWriter:
         self._closed = False
         self._yield = False  # a caller waits for the beat's send: it stops after the batch under way
         self.lost = 0  # metric values that could not be sent after every retry
+        self._down_since: float | None = None  # monotonic s of the first failed send since the last success
+        self.unsent_tags: dict[str, str] = {}  # tags that went with a batch the store never took
         self.cadence = Cadence(floor_s=FLUSH_S)  # the background beat: backs off as sends slow down
         self._summary: dict[str, float] = {}  # a reopened run's values so far: not logged again at step 0
         self.every_epochs = 1  # mlflow.log_every_epochs: which epochs replay() sends (sweeps.tracking.series)
@@ -102,6 +110,10 @@ class RunWriter:
         device, loader and telemetry descriptions): one killed before that batch loses them."""
         items = [(k, str(v)) for k, v in tags.items()]
         self._tags.extend(items)  # atomic under the GIL, as log_metrics: the beat may be sending meanwhile
+
+    def pending_tags(self) -> list[tuple[str, str]]:
+        """The tags :meth:`queue_tags` holds that no batch has taken yet, oldest first."""
+        return self._tags[:]
 
     def post(self, what: str, fn: Any, *args: Any) -> None:
         """``fn(client, *args)`` where the store is, as :func:`~sweeps.tracking.store_client.in_store`
@@ -159,8 +171,12 @@ class RunWriter:
                 chunk = self._queue[:BATCH if most is None else min(BATCH, left)]
                 del self._queue[:len(chunk)]  # appends made meanwhile stay queued
                 left -= len(chunk)
-                self._send(chunk, tags)
+                sent = self._send(chunk, tags)
                 tags = {}
+                if not sent and self.down:  # one call per flush while the store is down
+                    if most is None:
+                        self._give_up(left)
+                    break
             if tags:
                 self._send([], tags)
         finally:
@@ -188,19 +204,41 @@ class RunWriter:
             log.info("MLflow: %d metric value(s) of earlier epochs sent from the journal", len(missing))
         return len(missing)
 
-    def _send(self, chunk: list[Metric], tags: dict[str, str] | None = None) -> None:
+    @property
+    def down(self) -> bool:
+        """Whether the store has refused or not answered every send for :data:`DOWN_S` or more."""
+        return self._down_since is not None and time.monotonic() - self._down_since >= DOWN_S
+
+    def _give_up(self, count: int) -> None:
+        """Count the first ``count`` queued values lost without a call: the store is down."""
+        rest = self._queue[:count]
+        del self._queue[:len(rest)]
+        if rest:
+            self.lost += len(rest)
+            log.warning("MLflow: the store has not answered for %.0f s: %d more metric value(s) of run %s not "
+                        "sent; every epoch is in the job's journal and epochs.csv", time.monotonic() - self._down_since,
+                        len(rest), self.run_id)
+
+    def _send(self, chunk: list[Metric], tags: dict[str, str] | None = None) -> bool:
+        """``chunk`` and ``tags`` in one ``log_batch``, retried after each of :data:`RETRIES` while
+        the error is transient and the store not :attr:`down`; whether they were sent."""
         tags = [self._RunTag(k, v) for k, v in (tags or {}).items()]
         for wait in (*RETRIES, None):
             try:
                 self.client.log_batch(self.run_id, metrics=chunk, tags=tags)
-                return
+                self._down_since = None
+                return True
             except Exception as e:  # connection refused, 5xx, busy pool (HTTP 400 "QueuePool limit")
-                if wait is None or not _transient(e):
+                transient = _transient(e)
+                if transient and self._down_since is None:
+                    self._down_since = time.monotonic()
+                if wait is None or not transient or self.down:
                     self.lost += len(chunk)
-                    log.warning("MLflow: %d metric value(s)%s of run %s not logged (%s: %s)", len(chunk),
-                                f" and tag(s) {', '.join(t.key for t in tags)}" if tags else "",
-                                self.run_id, type(e).__name__, brief(e))
-                    return
+                    self.unsent_tags.update((t.key, t.value) for t in tags)
+                    what = [f"{len(chunk)} metric value(s)"] * bool(chunk) + [f"tag(s) {', '.join(t.key for t in tags)}"] * bool(tags)
+                    log.warning("MLflow: %s of run %s not logged (%s: %s)", " and ".join(what), self.run_id,
+                                type(e).__name__, brief(e))
+                    return False
                 if not self._busy_said:  # once per run: the store is busy, the writer waits and retries
                     self._busy_said = True
                     log.warning("MLflow: the store is busy (%s: %s); retrying — every epoch is in the journal, "

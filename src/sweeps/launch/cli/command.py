@@ -22,7 +22,7 @@ from sweeps.launch.cli import sweep
 from sweeps.launch.cli.compose_once import composed_once
 from sweeps.launch.cli.sweep_check import one_line
 from sweeps.launch.process import outcome, signals
-from sweeps.tracking import store, store_processes
+from sweeps.tracking import http_policy, store, store_processes
 
 config.register()
 
@@ -114,6 +114,7 @@ def cli(early: list[int] | None = None, process_exits: bool = False) -> None:
     fresh process state (:func:`sweeps.state.begin_command`): no counts, last job or signals of an
     earlier command."""
     state.begin_command().exits_after_command = process_exits
+    http_policy.bound_http_retries()  # before any helper process starts: they inherit it
     signals.install()
     if early:  # nothing has started: no parent run to close, the one line and 130/143
         _interrupted(signals.name(early[0]))

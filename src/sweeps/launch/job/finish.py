@@ -13,7 +13,7 @@ from sweeps import names, state
 from sweeps.launch.job.summary import describe_run
 from sweeps.launch.process import outcome as oc
 from sweeps.telemetry import plot
-from sweeps.tracking import resume
+from sweeps.tracking import resume, writer
 from sweeps.errors import describe
 from sweeps.train.memory import release_memory
 
@@ -46,9 +46,11 @@ def overhead(job, records: list[dict]) -> dict[str, float]:
 def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> None:
     """Close ``job`` (a :class:`~sweeps.launch.job.lifecycle.JobRun`) with ``outcome`` and the one-line
     ``error``: job-level metrics (:meth:`Task.summarize` of its records, telemetry), artifacts
-    (``epochs.csv``, ``telemetry.csv``/``.png``), checkpoints cleared once done, then the
-    ``outcome``/``error`` tags and the run status. The queued metric values are handed to the
-    store process first (:meth:`RunWriter.send_later`): MLflow ingests them while this process
+    (``epochs.csv``, ``telemetry.csv``/``.png``), the ``outcome``/``error`` tags and the run
+    status, then the run's folder (checkpoints, journal) cleared once done and every value sent.
+    A run the store did not let it close keeps its folder, with the outcome
+    (:func:`~sweeps.tracking.resume.keep_unclosed`), for the next start to close it. The queued
+    metric values are handed to the store process first (:meth:`RunWriter.send_later`): MLflow ingests them while this process
     draws the figure and builds the tables. Never raises."""
     job.outcome, job.error = outcome, error
     records = job.epochs.records if getattr(job, "epochs", None) is not None else []
@@ -58,13 +60,16 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     # once, when the run really ends, never twice (its epochs and epochs.csv are all there meanwhile)
     final = outcome != names.KILLED
 
+    logged: dict[str, float] = {}  # the job-level values: kept for a later start where the store went away
+
     def summary() -> None:
         if not final:
             return
         metrics = job.task.summarize(records)
         if oom_peak_mb is not None:  # an OOM's peak is higher than any finished epoch's
             metrics[names.PEAK_MB] = max(oom_peak_mb, metrics.get(names.PEAK_MB, 0.0))
-        job.writer.log_metrics({**metrics, **overhead(job, records)})
+        logged.update({**metrics, **overhead(job, records)})
+        job.writer.log_metrics(logged)
 
     texts: dict[str, str] = {}  # artifact name → text, built before any store call
     png: list[bytes] = []
@@ -87,7 +92,9 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
             job.writer.queue_tags({names.TELEMETRY_TAG: "off (the job ended before its device was ready)"})
             return
         if final:
-            job.writer.log_metrics(tel.summary(sum(r.get("samples", 0) for r in records)))
+            values = tel.summary(sum(r.get("samples", 0) for r in records))
+            logged.update(values)
+            job.writer.log_metrics(values)
         job.writer.queue_tags(tel.tags())
         if "telemetry.csv" in texts:
             job.writer.log_text(texts["telemetry.csv"], "telemetry.csv")
@@ -98,9 +105,6 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
             job.writer.log_text(texts["epochs.csv"], "epochs.csv")
         if png and png[0]:
             job.writer.log_bytes(png[0], plot.ARTIFACT)
-        if outcome in names.DONE:
-            job.checkpoints.clear()  # and the folders of this config's earlier, killed runs
-            resume.clear_finished(job.cfg.checkpoint.dir, job.config_hash, job.client, job.writer.run_id)
 
     def free() -> None:  # for the next job in this process: a command that exits after its one job has none
         if not (state.current().exits_after_command and state.current().planned_jobs is None):
@@ -115,15 +119,31 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         except Exception as e:  # one failed step never stops the run from being closed
             log.warning("job %s: %s while finishing (%s)", job.name, getattr(step, "__name__", "step"), describe(e))
     oc.note(outcome)
+    status = STATUS.get(outcome, "FAILED")
     try:
         job.writer.flush()
+        if job.writer.down:  # each call would wait out MLflow's retries again: all kept for the next start
+            raise ConnectionError(f"the store has not answered for {writer.DOWN_S:.0f} s or more")
         if job.writer.lost:  # the store refused some values after every retry: late, not never
             job.writer.replay(records)
         job.writer.set_tags({names.OUTCOME_TAG: outcome, **({names.ERROR_TAG: error} if error else {})})
-        job.writer.end(STATUS.get(outcome, "FAILED"))
-    except Exception as e:
-        log.error("job %s: its MLflow run %s could not be closed (%s)", job.name, job.writer.run_id, describe(e))
+        job.writer.end(status)
+    except Exception as e:  # the store went away: the run's folder keeps what a later start closes it with
+        unsent = {**texts, **({plot.ARTIFACT: png[0]} if png and png[0] else {})}
+        folder = getattr(getattr(job, "checkpoints", None), "directory", None)
+        kept = folder and resume.keep_unclosed(folder, outcome, error, status,
+                                               {k: float(v) for k, v in logged.items() if v is not None}, unsent,
+                                               {**job.writer.unsent_tags, **dict(job.writer.pending_tags())})
+        log.error("job %s: its MLflow run %s could not be closed (%s); %s", job.name, job.writer.run_id,
+                  describe(e), f"its journal and outcome are kept in {kept}: the next `python -m sweeps` on this "
+                  "store and host sends the missing epochs and closes it" if kept else "nothing could be kept")
         return
+    if outcome in names.DONE and not job.writer.lost:  # kept otherwise: the journal holds what never arrived
+        job.checkpoints.clear()  # and the folders of this config's earlier, killed runs
+        try:
+            resume.clear_finished(job.cfg.checkpoint.dir, job.config_hash, job.client, job.writer.run_id)
+        except Exception as e:  # noqa: BLE001 (a leftover folder costs disk, not a result)
+            log.warning("job %s: earlier runs' folders not cleared (%s)", job.name, describe(e))
     try:  # the description last and apart: a store refusing it costs the description, not the outcome
         job.writer.post(f"the description of run {job.writer.run_id}", describe_run, job.writer.run_id,
                         outcome, error)  # where the store is: the next job starts meanwhile

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeps import names
 from sweeps.config import complete, validate
-from sweeps.errors import DataUnavailable, UsageError, signal_exception
+from sweeps.errors import DataUnavailable, UsageError, describe, signal_exception
 from sweeps.launch import launchers
 from sweeps.launch.job.finish import finish
 from sweeps.launch.job.summary import print_summary
@@ -262,6 +262,11 @@ def run(cfg: DictConfig) -> str:
         if job.writer is not None and job.outcome is None:
             job.__exit__(type(e), e, None)
         raise
-    if not multirun:  # a sweep prints its summary once, at its end (sweeps.launch.cli.sweep)
-        print_summary(client, [client.get_run(job.run_id)])
+    if not multirun and not job.writer.down:  # a sweep prints its summary once, at its end (sweeps.launch.cli.sweep)
+        try:
+            run = client.get_run(job.run_id)
+        except Exception as e:  # the store went away: the job's own lines above say how it ended
+            log.warning("job %s: no summary table (the store did not answer: %s)", name, describe(e))
+        else:
+            print_summary(client, [run])
     return job.outcome
