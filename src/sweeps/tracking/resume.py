@@ -126,9 +126,8 @@ def keep_unclosed(folder: str | Path, outcome: str, error: str, status: str, met
     """Keep in the run's ``folder`` (beside its journal) what its job's end could not give a store
     that went away: :data:`ENDED` (``outcome``, one-line ``error``, run ``status``, the job-level
     ``metrics`` logged at step 0, the ``tags`` never sent) and ``artifacts`` (name → text or bytes)
-    under :data:`UNSENT`.
-    :func:`mark_stale` closes the run with them on a later start. Returns ``folder``, or None where
-    nothing could be written (never raises)."""
+    under :data:`UNSENT`. :func:`mark_stale` closes the run with them on a later start. Returns
+    ``folder``, or None where nothing could be written (never raises)."""
     folder = Path(folder)
     try:
         (folder / UNSENT).mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps import names
 from sweeps.errors import brief
-from sweeps.tracking import entities, priority
+from sweeps.tracking import entities, http_policy, priority
 from sweeps.tracking.cadence import Cadence
 from sweeps.tracking.series import in_series
 from sweeps.tracking.store import quiet_sqlite
@@ -70,7 +70,7 @@ class RunWriter:
         self._yield = False  # a caller waits for the beat's send: it stops after the batch under way
         self.lost = 0  # metric values that could not be sent after every retry
         self._down_since: float | None = None  # monotonic s of the first failed send since the last success
-        self.unsent_tags: dict[str, str] = {}  # tags that went with a batch the store never took
+        self._refused_tags: dict[str, str] = {}  # tags that went with a batch the store never took
         self.cadence = Cadence(floor_s=FLUSH_S)  # the background beat: backs off as sends slow down
         self._summary: dict[str, float] = {}  # a reopened run's values so far: not logged again at step 0
         self.every_epochs = 1  # mlflow.log_every_epochs: which epochs replay() sends (sweeps.tracking.series)
@@ -111,9 +111,11 @@ class RunWriter:
         items = [(k, str(v)) for k, v in tags.items()]
         self._tags.extend(items)  # atomic under the GIL, as log_metrics: the beat may be sending meanwhile
 
-    def pending_tags(self) -> list[tuple[str, str]]:
-        """The tags :meth:`queue_tags` holds that no batch has taken yet, oldest first."""
-        return self._tags[:]
+    @property
+    def unsent_tags(self) -> dict[str, str]:
+        """The tags the store has not taken: those of batches it refused, then those
+        :meth:`queue_tags` still holds (a tag queued twice: its last value)."""
+        return {**self._refused_tags, **dict(self._tags)}
 
     def post(self, what: str, fn: Any, *args: Any) -> None:
         """``fn(client, *args)`` where the store is, as :func:`~sweeps.tracking.store_client.in_store`
@@ -234,7 +236,7 @@ class RunWriter:
                     self._down_since = time.monotonic()
                 if wait is None or not transient or self.down:
                     self.lost += len(chunk)
-                    self.unsent_tags.update((t.key, t.value) for t in tags)
+                    self._refused_tags.update((t.key, t.value) for t in tags)
                     what = [f"{len(chunk)} metric value(s)"] * bool(chunk) + [f"tag(s) {', '.join(t.key for t in tags)}"] * bool(tags)
                     log.warning("MLflow: %s of run %s not logged (%s: %s)", " and ".join(what), self.run_id,
                                 type(e).__name__, brief(e))
@@ -328,8 +330,8 @@ def log_batches(client: MlflowClient, run_id: str, values: list[tuple[str, float
 def _transient(e: Exception) -> bool:
     """Whether a failed send is worth retrying: the server or network is busy, not the request bad."""
     text = str(e)
-    return ("QueuePool limit" in text or "database is locked" in text or "Connection" in type(e).__name__
-            or any(f" {code}" in text for code in ("500", "502", "503", "504")) or "Max retries" in text)
+    return (http_policy.unanswered(e) or "QueuePool limit" in text or "database is locked" in text
+            or any(f" {code}" in text for code in ("500", "502", "503", "504")))
 
 
 def _now_ms() -> int:

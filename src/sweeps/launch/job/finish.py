@@ -133,7 +133,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         folder = getattr(getattr(job, "checkpoints", None), "directory", None)
         kept = folder and resume.keep_unclosed(folder, outcome, error, status,
                                                {k: float(v) for k, v in logged.items() if v is not None}, unsent,
-                                               {**job.writer.unsent_tags, **dict(job.writer.pending_tags())})
+                                               job.writer.unsent_tags)
         log.error("job %s: its MLflow run %s could not be closed (%s); %s", job.name, job.writer.run_id,
                   describe(e), f"its journal and outcome are kept in {kept}: the next `python -m sweeps` on this "
                   "store and host sends the missing epochs and closes it" if kept else "nothing could be kept")
