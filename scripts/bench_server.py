@@ -2,9 +2,11 @@
 
 N simulated jobs, each a real :class:`sweeps.tracking.writer.RunWriter` logging 15 metric values
 per 1-s epoch (as a training job does), spread over several client processes, send to a real
-`mlflow server` on 127.0.0.1 that this script starts — with a sqlite backend, and with a
-PostgreSQL backend from a cluster it creates in a temp dir (Debian's `postgresql`, psycopg2 from
-`pip install -e .[bench]`) — and stops, with every process it started.
+`mlflow server` on 127.0.0.1 that this script starts — with a sqlite backend (a file on local
+disk in WAL mode, as the README advises a server's sqlite; ``--sqlite-journal delete`` for
+sqlite's default rollback journal), and with a PostgreSQL backend from a cluster it creates in a
+temp dir (Debian's `postgresql`, psycopg2 from `pip install -e .[bench]`) — and stops, with every
+process it started.
 
 For each N it prints, over ``--repeats`` trials (median [min, max]): p50/p99 latency of a
 ``log_batch`` call and sends per second in the steady-state window (after ``--warmup-s``), the
@@ -88,9 +90,17 @@ def postgres_store(tmp: Path):
 
 
 @contextmanager
-def sqlite_store(tmp: Path):
+def sqlite_store(tmp: Path, journal: str = "wal"):
+    """A new sqlite file in ``journal`` mode. WAL (https://sqlite.org/wal.html) is persistent in
+    the file, so the server's every connection uses it: a commit appends to the log instead of
+    rewriting pages through a rollback journal — a server's choice for a DB on its local disk
+    (WAL needs shared memory, so not on a network filesystem)."""
     import sqlite3
-    yield f"sqlite:///{tmp / 'mlflow.db'}", f"sqlite {sqlite3.sqlite_version}"
+    db = tmp / "mlflow.db"
+    with sqlite3.connect(db) as conn:
+        mode = conn.execute(f"PRAGMA journal_mode = {journal}").fetchone()[0]
+    conn.close()
+    yield f"sqlite:///{db}", f"sqlite {sqlite3.sqlite_version}, journal_mode {mode}"
 
 
 @contextmanager
@@ -267,6 +277,8 @@ def main() -> None:
     ap.add_argument("--window-s", type=float, default=120.0, help="s of steady state measured: several send cycles (up to 30 s + latency each)")
     ap.add_argument("--jobs-per-process", type=int, default=125, help="simulated jobs per client process")
     ap.add_argument("--workers", type=int, default=4, help="mlflow server --workers")
+    ap.add_argument("--sqlite-journal", default="wal", choices=["wal", "delete"],
+                    help="the sqlite store's journal mode (sqlite's own default: delete)")
     ap.add_argument("--end-s", type=float, default=600.0,
                     help="s after the window for every job's end flush; a trial not ended by then is not carried")
     ap.add_argument("--p99-bound-s", type=float, default=30.0,
@@ -282,7 +294,8 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix=f"bench-server-{backend}-"))
         tmp.chmod(0o755)
         try:
-            with (postgres_store if backend == "postgres" else sqlite_store)(tmp) as (store_uri, version):
+            store = postgres_store(tmp) if backend == "postgres" else sqlite_store(tmp, a.sqlite_journal)
+            with store as (store_uri, version):
                 with mlflow_server(store_uri, tmp, a.workers) as url:
                     print(f"## {backend} ({version}); server {url}", flush=True)
                     print("N | p50 latency s | p99 latency s | sends/s | ingested / logged | beat s | values stored / expected | lost | dup"

@@ -3,8 +3,10 @@ sweep logged to it over HTTP, and the runs read back through the server."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,6 +19,9 @@ from mlflow import MlflowClient
 from conftest import TEST_CONF, run_cli
 
 START_S = 90  # bounded wait for /health (a busy 2-core machine starts the server in ~10-30 s)
+REPO = Path(__file__).resolve().parents[1]
+# The README's "Beyond one machine": an sqlite server's file put in WAL mode before its first start.
+WAL_COMMAND = """python -c "import sqlite3; sqlite3.connect('{db}').execute('PRAGMA journal_mode=WAL')\""""
 
 
 def _free_port() -> int:
@@ -65,6 +70,11 @@ def _stop_server(server: subprocess.Popen) -> None:
 
 @pytest.mark.slow  # server start-up plus a 2-job sweep: ~45 s here
 def test_sweep_logs_to_a_tracking_server_over_http(tmp_path):
+    readme_step = WAL_COMMAND.format(db="/srv/mlflow/mlflow.db")
+    assert readme_step in (REPO / "README.md").read_text(), f"README no longer says {readme_step!r}"
+    db = tmp_path / "server.db"
+    argv = shlex.split(WAL_COMMAND.format(db=db))
+    subprocess.run([sys.executable, *argv[1:]], check=True, timeout=60)  # the README's step, this Python
     server, uri = _start_server(tmp_path)
     try:
         job_dir = tmp_path / "jobs"
@@ -84,6 +94,10 @@ def test_sweep_logs_to_a_tracking_server_over_http(tmp_path):
         assert "config.yaml" in [a.path for a in client.list_artifacts(children[0].info.run_id)]
     finally:
         _stop_server(server)
+    with sqlite3.connect(db) as conn:  # MLflow created its schema in the file and left it in WAL mode
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("SELECT COUNT(*) FROM runs").fetchone() == (3,)
+    conn.close()
 
 
 @pytest.mark.slow  # a server with a one-connection pool and 4 concurrent jobs of 300 short epochs: ~1-2 min
