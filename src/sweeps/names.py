@@ -124,6 +124,11 @@ EPOCH_S, EVAL_S, ELAPSED_S = "time/epoch_s", "time/eval_s", "time/elapsed_s"
 TRAIN_LOSS, TRAIN_ACC, TRAIN_LR = "train/loss", "train/acc", "train/lr"
 TEST_LOSS, TEST_ACC, TEST_RMSE = "test/loss", "test/acc", "test/rmse"
 PHASE_SUM_S = "phase/sum_s"
+# Not a metric (no "/"): a per-epoch record's wall clock (ms since the Unix epoch) when the journal took
+# it, and the timestamp of each of its values in MLflow, however often they are sent (live, by the writer
+# process, or replayed after a crash): MLflow's SQL store keys a value by (key, timestamp, step, value), so a
+# value sent twice is stored once.
+TIMESTAMP_MS = "timestamp_ms"
 SAMPLES_PER_S = "perf/samples_per_s"
 FLOPS_PER_S, MFU = "perf/flops_per_s", "perf/mfu"
 EPOCH_PEAK_MB = "mem/epoch_peak_mb"

@@ -80,7 +80,11 @@ class EpochLog:
                 self._journal_failed(e)
 
     def append(self, rec: dict) -> None:
-        """Record one epoch (see the module docstring)."""
+        """Record one epoch (see the module docstring), stamped with its wall clock
+        (:data:`~sweeps.names.TIMESTAMP_MS`) unless it has one: every later send of its values
+        carries that timestamp, so a value sent twice (a dead job's store process ingesting what the
+        job posted after a rerun replayed the journal) is one row, not two."""
+        rec.setdefault(names.TIMESTAMP_MS, int(time.time() * 1000))
         self.records.append(rec)
         self._appended += 1
         if self._file is not None:
@@ -92,7 +96,7 @@ class EpochLog:
                 self._journal_failed(e)  # this epoch's line is torn (no newline): the writer process skips it
         if self.writer is not None and rec["epoch"] > self.logged_through and not (self.relayed and self._file):
             if in_series(rec, self.writer.every_epochs):
-                self.writer.log_metrics(_metrics(rec), step=rec["epoch"])
+                self.writer.log_metrics(_metrics(rec), step=rec["epoch"], timestamp_ms=rec[names.TIMESTAMP_MS])
             if self._file is not None and self._appended >= relay.HANDOFF_EPOCHS and not self._handoff_decided:
                 self._handoff_decided = True  # once per job: a process that cannot start is not retried per epoch
                 left = None if self.last_epoch is None else self.last_epoch - rec["epoch"]
@@ -140,7 +144,7 @@ class EpochLog:
                 or in_series(last, self.writer.every_epochs)):
             return
         try:
-            self.writer.log_metrics(_metrics(last), step=last["epoch"])
+            self.writer.log_metrics(_metrics(last), step=last["epoch"], timestamp_ms=last.get(names.TIMESTAMP_MS))
         except Exception as e:  # noqa: BLE001 (never raises: epochs.csv holds it)
             log.warning("MLflow: the last epoch's values not queued (%s); epochs.csv holds them", describe(e))
 

@@ -30,6 +30,7 @@ import signal
 import sys
 import threading
 
+from sweeps import names
 from sweeps.tracking import http_policy, priority
 from sweeps.tracking.series import in_series
 from sweeps.tracking.writer import RunWriter
@@ -65,7 +66,7 @@ class Follower:
             if epoch <= self.after or (until is not None and epoch > until) or not in_series(rec, self.writer.every_epochs):
                 continue
             metrics = {k: v for k, v in rec.items() if "/" in k}
-            self.writer.log_metrics(metrics, step=epoch)
+            self.writer.log_metrics(metrics, step=epoch, timestamp_ms=rec.get(names.TIMESTAMP_MS))
             self.queued += sum(v is not None for v in metrics.values())
         self.offset += end
 

@@ -191,13 +191,21 @@ class Background:
         return answer_to(self._client, request)
 
     def _hurried(self) -> bool:
-        """Whether the job said HURRY since last asked (reads every byte waiting)."""
+        """Whether the job said HURRY since last asked (reads every byte waiting), or closed its
+        end of the pipe: a job that died or ended waits for nothing, and a call it left is best
+        finished here, at normal priority, than by a background process a busy machine starves
+        (an end-of-file is always readable, so waiting on it for the background answer spun a core)."""
         said = False
         try:
-            while os.read(self._hurry, 64):
-                said = True
-        except OSError:  # BlockingIOError: nothing more; another: the job closed its end
+            while True:
+                data = os.read(self._hurry, 64)
+                said = True  # a byte, or b"": the job closed its end
+                if not data:
+                    break
+        except BlockingIOError:  # nothing (more) waiting
             pass
+        except OSError:
+            said = True
         if said:
             self._hurried_until = time.monotonic() + HURRIED_S
         return said

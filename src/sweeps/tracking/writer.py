@@ -135,11 +135,13 @@ class RunWriter:
         else:
             getattr(self.client, method)(*args, **kwargs)
 
-    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        """Queue ``metrics`` at ``step`` (O(1) per value; sent by the background thread). In a
-        reopened run (a resumed job) a step-0 value the run already holds (batch size, lr, FLOPs
-        logged again at its restart) is not logged twice."""
-        ts = _now_ms()
+    def log_metrics(self, metrics: dict[str, float], step: int = 0, timestamp_ms: int | None = None) -> None:
+        """Queue ``metrics`` at ``step`` (O(1) per value; sent by the background thread), stamped
+        ``timestamp_ms`` (ms since the Unix epoch; None: now) — a journaled epoch's own
+        (:data:`~sweeps.names.TIMESTAMP_MS`), so that sending it again is a no-op. In a reopened run
+        (a resumed job) a step-0 value the run already holds (batch size, lr, FLOPs logged again at
+        its restart) is not logged twice."""
+        ts = _now_ms() if timestamp_ms is None else int(timestamp_ms)
         batch = [self._Metric(k, float(v), ts, step) for k, v in metrics.items()
                  if v is not None and not (step == 0 and self._summary.get(k) == float(v))]
         self._queue.extend(batch)  # list.extend is atomic under the GIL: no lock on the hot path
@@ -187,18 +189,20 @@ class RunWriter:
     def replay(self, records: list[dict]) -> int:
         """Send the journal's ``records`` (per-epoch dicts, ``epoch`` = step) that never reached the
         run — queued when a process died, or dropped after every retry — checking each metric's
-        history first, so every epoch is logged once. Under ``every_epochs`` > 1 only the series'
+        history first, so every epoch is logged once; each value keeps its record's timestamp
+        (:data:`~sweeps.names.TIMESTAMP_MS`), so one that lands meanwhile by another way (the dead
+        job's store process ingesting a batch it had been posted) is the same row. Under ``every_epochs`` > 1 only the series'
         epochs (:func:`~sweeps.tracking.series.in_series`) and the last of ``records``. Returns how
         many values were sent."""
         self.flush()
         records = [r for i, r in enumerate(records) if i == len(records) - 1 or in_series(r, self.every_epochs)]
         keys = {k for rec in records for k in rec if "/" in k}
         missing = []
+        now = _now_ms()  # records journaled before they carried a timestamp
         for key in keys:
             logged = {m.step for m in self.client.get_metric_history(self.run_id, key)}
-            ts = _now_ms()
-            missing += [self._Metric(key, float(rec[key]), ts, rec["epoch"]) for rec in records
-                        if key in rec and rec["epoch"] not in logged]
+            missing += [self._Metric(key, float(rec[key]), int(rec.get(names.TIMESTAMP_MS, now)), rec["epoch"])
+                        for rec in records if key in rec and rec["epoch"] not in logged]
         self._queue.extend(missing)
         self.lost = 0
         self.flush()

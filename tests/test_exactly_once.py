@@ -1,0 +1,96 @@
+"""Exactly once: each (metric, epoch) of a run is stored once, however many ways it reaches MLflow.
+
+A job SIGKILLed just after its writer posted a batch, then rerun at once: the rerun replays the
+dead job's journal while the dead job's store process may still ingest that batch. Both carry the
+epoch's own timestamp (``names.TIMESTAMP_MS``), so MLflow's SQL store, which keys a value by
+(key, timestamp, step, value), keeps one row."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import StartedCli, runs
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(proc.stdout)
+
+
+def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp_path, monkeypatch):
+    """The race of a kill -9 and a quick rerun, in order: the dead job queued epochs 1-5 (its
+    batch not yet ingested), the rerun's start replays the journal and closes the run, then the
+    dead job's batch lands. Every (metric, epoch) is stored once."""
+    import socket
+
+    from sweeps import names
+    from sweeps.tracking import resume, writer
+    from sweeps.tracking.epochs import JOURNAL, EpochLog
+    from sweeps.tracking.store import open_client
+
+    monkeypatch.setattr(writer, "FLUSH_S", 30.0)  # the beat's longest wait: the dead job's beat sends nothing during the test
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("race")
+    tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: "h1",
+            names.OUTCOME_TAG: names.RUNNING}
+    run_id = client.create_run(experiment, run_name="killed", tags=tags).info.run_id
+    dead = writer.RunWriter.attach(client, run_id, reopen=False)
+    epochs = EpochLog(dead, tmp_path / "checkpoints" / "h1" / run_id / JOURNAL, regression=False)
+    for e in range(1, 6):
+        epochs.append({"epoch": e, names.TRAIN_LOSS: 1.0 / e, names.EPOCH_S: 0.01 * e, names.TEST_ACC: float("nan")})
+    epochs.close()
+
+    assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1  # the rerun's start
+    dead.close()  # the dead job's posted batch, ingested after the replay
+
+    for key in (names.TRAIN_LOSS, names.EPOCH_S, names.TEST_ACC):
+        steps = sorted(m.step for m in client.get_metric_history(run_id, key))
+        assert steps == [1, 2, 3, 4, 5], (key, steps)
+    assert client.get_run(run_id).info.status == "KILLED"
+
+
+def _duplicates(db: Path) -> list[tuple]:
+    with sqlite3.connect(db) as con:
+        return con.execute("SELECT run_uuid, key, step, COUNT(*) FROM metrics WHERE step > 0 "
+                           "GROUP BY run_uuid, key, step HAVING COUNT(*) > 1").fetchall()
+
+
+@pytest.mark.slow  # 20 real jobs killed and rerun beside a busy core: ~4-6 min on 2 cores
+def test_kill_9_and_a_rerun_within_half_a_second_store_each_epoch_once(tmp_path):
+    """``+experiment=diabetes batch=32``, SIGKILLed 1-4 s into its epochs and rerun 0.1-0.5 s later
+    with a busy loop on the other core (the dead job's store process then ingests its last batch
+    late), 20 times: no (metric, epoch) stored twice, no run left RUNNING, each rerun ends ok."""
+    rng = random.Random(52)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    args = ["-m", "+experiment=diabetes", "batch=32", "epochs=300", "checkpoint.every_epochs=20"]
+    try:
+        for attempt in range(20):
+            cwd = tmp_path / f"try{attempt}"
+            cwd.mkdir()
+            started = StartedCli(args, cwd)
+            deadline = time.monotonic() + 120
+            while not list(cwd.glob("checkpoints/*/*/epochs.jsonl")) and time.monotonic() < deadline:
+                assert started.proc.poll() is None, started.result().stderr[-2000:]
+                time.sleep(0.02)
+            time.sleep(rng.uniform(1.0, 4.0))
+            os.kill(started.proc.pid, signal.SIGKILL)
+            started.proc.wait()
+            time.sleep(rng.uniform(0.1, 0.5))
+            rerun = StartedCli(args, cwd).result()
+            assert rerun.returncode == 0, rerun.stderr[-2000:]
+            time.sleep(1.0)  # a dead store process still ingesting gets its chance to write a duplicate
+            assert _duplicates(cwd / "mlruns" / "mlflow.db") == [], f"try {attempt}"
+            jobs = [r for r in runs(cwd, "diabetes") if r.data.tags.get("mlflow.parentRunId")]
+            assert jobs and all(r.info.status != "RUNNING" for r in runs(cwd, "diabetes")), f"try {attempt}"
+            assert jobs[-1].data.tags["outcome"] == "ok", f"try {attempt}"
+    finally:
+        busy.kill()
+        busy.wait()
