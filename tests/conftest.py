@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -91,6 +92,27 @@ def in_process(tmp_path, monkeypatch):
             signals.install()
         return job.run(compose(overrides))
     return run
+
+
+@pytest.fixture
+def user_folder(tmp_path, monkeypatch):
+    """``write(files)`` puts the user's files under tmp_path (``conf/...`` and modules) and makes
+    the folder importable, as ``python -m sweeps`` run from it would; the modules are forgotten
+    afterwards (every test's package has a name of its own)."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = set(sys.modules)
+
+    def write(files: dict[str, str]) -> Path:
+        for name, text in files.items():
+            path = tmp_path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text))
+        return tmp_path
+
+    yield write
+    for name in set(sys.modules) - before:
+        if name.startswith("userpkg_") or name.startswith("mynets"):
+            del sys.modules[name]
 
 
 def cli_in_process(args: list[str], cwd: Path, fresh_store: bool = False) -> subprocess.CompletedProcess:

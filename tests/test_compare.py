@@ -26,14 +26,14 @@ HOST_A, HOST_B = "host-a / test cpu", "host-b / test cpu"
 
 def _sweep_on(host: str, torch_version: str, args: list[str], cwd) -> None:
     """A sweep as machine ``host`` with torch ``torch_version`` would log it."""
-    from sweeps.launch.job import lifecycle as job
+    from sweeps.launch.job import identity, lifecycle as job
     from sweeps.tracking import env
 
     tags = {**job.environment_tags(), "env.host": host, "env.torch": torch_version}
     with pytest.MonkeyPatch.context() as mp:
         for module in (job, env):  # the job's tags, and the sweep's (it imports them when it opens its run)
             mp.setattr(module, "environment_tags", lambda: tags)
-        mp.setattr(job, "hardware", lambda device_type: f"{host} / test cpu")
+        mp.setattr(identity, "hardware", lambda device_type: f"{host} / test cpu")
         proc = cli_in_process(args, cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
 

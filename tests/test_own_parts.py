@@ -6,36 +6,12 @@ from __future__ import annotations
 
 import math
 import shutil
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
 from conftest import REPO, cli_in_process, runs, store
 
 TINY = ["dataset.train_size=128", "dataset.test_size=32", "device=cpu", "epochs=2"]
-
-
-@pytest.fixture
-def user_folder(tmp_path, monkeypatch):
-    """``write(files)`` puts the user's files under tmp_path (``conf/...`` and modules) and makes
-    the folder importable, as ``python -m sweeps`` run from it would; the modules are forgotten
-    afterwards (every test's package has a name of its own)."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    before = set(sys.modules)
-
-    def write(files: dict[str, str]) -> Path:
-        for name, text in files.items():
-            path = tmp_path / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(textwrap.dedent(text))
-        return tmp_path
-
-    yield write
-    for name in set(sys.modules) - before:
-        if name.startswith("userpkg_") or name.startswith("mynets"):
-            del sys.modules[name]
 
 
 def _lines(proc) -> list[str]:

@@ -34,9 +34,13 @@ PHASES = ("data", "forward", "backward", "optimizer")  # the timed phases of a t
 # ── tags ────────────────────────────────────────────────────────────────────────────────────
 OUTCOME_TAG, ERROR_TAG = "outcome", "error"
 OVERRIDES_TAG = "sweeps.overrides"  # the job's swept key=value pairs
-HASH_TAG = "sweeps.config_hash"  # a job's identity (resume): its config, data and hardware
+HASH_TAG = "sweeps.config_hash"  # a job's identity (resume): its config, data, hardware and the user's code
 DATA_TAG = "sweeps.data_fingerprint"  # the data part of the identity (sweeps.data.fingerprint)
 HARDWARE_TAG = "sweeps.hardware"  # the hardware part: host / device model
+CODE_TAG = "sweeps.code_fingerprint"  # the user's code part (sweeps.tracking.user_code); absent for built-in targets
+CODE_FILES_TAG = "sweeps.code_files"  # JSON {relative path: 8 hex of its content} of the user's code
+CODE_DIRTY_TAG = "sweeps.code_dirty"  # true/false: the user's git work tree differs from mlflow.source.git.commit
+CODELESS_HASH_TAG = "sweeps.config_hash_without_code"  # finds the run a job with edited code would have reused
 PID_TAG, HOST_TAG = "sweeps.pid", "sweeps.host"  # who owns a RUNNING run
 RESUMED_TAG = "resumed"
 PREVIOUS_PARENT_TAG = "sweeps.previous_sweep"  # a resumed job's earlier parent run (it moved to the new sweep)

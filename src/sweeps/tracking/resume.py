@@ -67,6 +67,19 @@ def previous_run(client: MlflowClient, experiment_id: str, config_hash_: str):
     return None
 
 
+def run_before_code_change(client: MlflowClient, experiment_id: str, without_code: str, config_hash_: str):
+    """The newest earlier run, done (ok/oom) or resumable (killed), of the same job with other user
+    code — same ``sweeps.config_hash_without_code``, another ``sweeps.config_hash`` — or None: the
+    run :func:`previous_run` would have found had the code not changed."""
+    runs = client.search_runs([experiment_id], f"tags.`{names.CODELESS_HASH_TAG}` = '{without_code}'",
+                              order_by=["attributes.start_time DESC"], max_results=50)
+    for run in runs:
+        outcome = run.data.tags.get(names.OUTCOME_TAG)
+        if run.data.tags.get(HASH_TAG) != config_hash_ and (outcome in DONE or outcome == names.KILLED):
+            return run
+    return None
+
+
 def owner_tags() -> dict[str, str]:
     """Tags that say which process owns a run, so a later start can tell if it died."""
     return {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}

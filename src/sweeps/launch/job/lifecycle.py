@@ -20,6 +20,7 @@ from sweeps import names
 from sweeps.config import complete, validate
 from sweeps.errors import DataUnavailable, UsageError, describe, signal_exception
 from sweeps.launch import launchers
+from sweeps.launch.job import identity
 from sweeps.launch.job.finish import finish
 from sweeps.launch.job.summary import print_summary
 from sweeps.launch.placement import ddp, gpu_pool
@@ -30,8 +31,7 @@ from sweeps.state import current
 from sweeps.tasks.base import Task, create, settings_of_other_tasks
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import inputs, naming, resume, series, store
-from sweeps.data.fingerprint import data_fingerprint
-from sweeps.tracking.env import environment_tags, fingerprint_json, hardware
+from sweeps.tracking.env import environment_tags, fingerprint_json
 from sweeps.tracking.epochs import JOURNAL, EpochLog, read_journal
 from sweeps.tracking.writer import RunWriter
 from sweeps.train import host_heap
@@ -75,7 +75,7 @@ class JobRun:
         self.cfg, self.task, self.client, self.experiment_id = cfg, task, client, experiment_id
         self.name, self.choices, self.multirun, self.config_hash = name, choices, multirun, config_hash
         self.previous = previous
-        self.identity = identity or {}  # data fingerprint and hardware: tags beside the hash
+        self.identity = identity or {}  # data fingerprint, hardware, the user's code: tags beside the hash
         self.writer: RunWriter | None = None
         self.telemetry = self.device = self.resume_state = None
         self.epochs: EpochLog | None = None
@@ -218,10 +218,10 @@ def run(cfg: DictConfig) -> str:
     signals.stop_if_received()  # a signal held while the store was created: raised now
     if not multirun:  # a sweep does this once, in its callback
         resume.mark_stale(client, experiment_id, cfg.checkpoint.dir)
-    identity = {names.DATA_TAG: data_fingerprint(cfg.dataset), names.HARDWARE_TAG: hardware(cfg.device.name)}
     task.other_settings = tuple(settings_of_other_tasks(cfg.task))  # neither params nor identity
-    chash = resume.config_hash(cfg, task.other_settings, identity)
-    previous = resume.previous_run(client, experiment_id, chash) if cfg.resume else None
+    ident = identity.of_job(cfg, task.other_settings)  # config, data, hardware, the user's code
+    chash = ident.config_hash
+    previous = identity.previous_run(client, experiment_id, ident, name) if cfg.resume else None
     if previous is not None and previous.data.tags.get(names.OUTCOME_TAG) in names.DONE:
         log.info("job %s: already done in run %s (outcome %s): skipped; resume=false runs it again", name,
                  previous.info.run_id, previous.data.tags.get(names.OUTCOME_TAG))
@@ -239,7 +239,7 @@ def run(cfg: DictConfig) -> str:
     # hydra/launcher=gpu_pool: a GPU (or CPU share) of its own, held before the run opens (its
     # logged device.index is the GPU it runs on); the wait for it is not the job's overhead
     job = JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous,
-                 started_at, identity)
+                 started_at, ident.tags)
     try:
         with (gpu_pool.claim(cfg.device, launchers.current().pool_slots()),
               cpu_threads(cfg.device.threads) as threads,
