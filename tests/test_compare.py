@@ -182,3 +182,16 @@ def test_the_gpu_slot_and_params_only_newer_runs_log_do_not_split_a_configuratio
     cmp = compare([a, b, c], ["machine"])
     assert list(cmp.configs) == ["batch=64", "batch=128"]
     assert set(cmp.configs["batch=64"]) == {"host-a", "host-b"}
+
+
+def test_gpu_allocation_and_process_rss_are_rows_of_their_own():
+    """mem/peak_mb is the GPU's peak allocation on a GPU and the process's RSS on a CPU: a
+    comparison by device puts each under its own row, and divides neither by the other."""
+    cpu = _job("a", "host-a", {names.FIRST_EPOCH_S: 1.0, names.PEAK_MB: 1200.0})
+    gpu = _job("b", "host-a", {names.FIRST_EPOCH_S: 0.1, names.PEAK_MB: 300.0})
+    cpu.params["device"], gpu.params["device"] = "cpu", "cuda"
+    cmp = compare([cpu, gpu], ["device"])
+    table = config_table(cmp.configs["all"], cmp)
+    assert "| GPU peak allocated MB | - | 300 | - |" in table
+    assert "| process RSS MB | 1200 | - | - |" in table
+    assert "peak memory" not in table

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import TEST_CONF, cli_in_process, store
+from conftest import TEST_CONF, cli_in_process, runs, store
 from sweeps.report import __main__ as report
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -38,18 +38,19 @@ def test_reference_tables_per_model_sorted_by_numeric_batch(batch_sweep):
     _, _, text = batch_sweep
     mlp = _table_after(text, "model=mlp")
     assert [r[0] for r in mlp] == ["16", "128"]
-    assert mlp[0][1] == "1/1" and re.fullmatch(r"0:00:\d\d", mlp[0][4]) and 0 <= float(mlp[0][5]) <= 1
-    assert float(mlp[0][7]) >= 0  # overhead [s]
+    assert mlp[0][1] == "1/1" and re.fullmatch(r"0:00:\d\d", mlp[0][5]) and 0 <= float(mlp[0][6]) <= 1
+    assert float(mlp[0][2]) > 0 and float(mlp[0][8]) >= 0  # the effective lr, overhead [s]
     header = _block(text, "model=mlp")[0]
-    assert header == ("| batch | runs | first epoch [s] | median epoch from 2 [s] | total time | accuracy | peak MB "
-                      "| overhead [s] | note |")
+    assert header == ("| batch | runs | lr | first epoch [s] | median epoch from 2 [s] | total time | accuracy "
+                      "| process RSS MB | overhead [s] | note |")
 
 
 def test_oom_rows_say_oom(batch_sweep):
     _, _, text = batch_sweep
     oom = _table_after(text, "model=oom_above")
     assert [r[0] for r in oom] == ["16", "128"]
-    assert oom[0][2] != "OOM" and oom[1][2] == "OOM" and oom[1][1] == "0/1"
+    assert oom[0][3] != "OOM" and oom[1][3] == "OOM [1]" and oom[1][1] == "0/1"
+    assert "\n\n[1] " in text.split("## model=oom_above", 1)[1].split("\n## ", 1)[0]  # its reason, under the table
 
 
 def test_figures_written_and_listed(batch_sweep):
@@ -87,7 +88,11 @@ def test_device_comparison_and_inference_timing(tmp_path):
     assert set(by_job) == {"timing.mode=naive", "timing.mode=events"}
     import torch
     if not torch.cuda.is_available():
-        assert by_job["timing.mode=naive"][2] == "UNAVAILABLE" and float(by_job["timing.mode=naive"][1]) > 0
+        assert by_job["timing.mode=naive"][2] == "UNAVAILABLE [1]" and float(by_job["timing.mode=naive"][1]) > 0
+        below = text.split("## Comparison over device\n", 1)[1].split("\n## ", 1)[0]
+        assert "\n\n[1] device=cuda but no CUDA device is visible here" in below  # the reason, once
+        assert "[2]" not in below
+    assert "## Training jobs" not in text  # an inference job that never ran is no training job
     inf = _table_after(text, "Inference timing")
     assert len(inf) == 4
     assert (out / "inference_timing.png").read_bytes().startswith(PNG)
@@ -123,21 +128,123 @@ def test_repeats_are_one_row_with_the_median_and_its_spread(tmp_path):
     text = (out / "report.md").read_text()
     (row,) = _table_after(text, "all")  # repeat is not a group of its own: one row for batch 32
     assert row[0] == "32" and row[1] == "3/3"
-    assert re.fullmatch(r"[\d.]+ \[[\d.]+, [\d.]+\]", row[3])  # median epoch: median [min, max]
+    assert re.fullmatch(r"[\d.]+ \[[\d.]+, [\d.]+\]", row[4])  # median epoch: median [min, max]
 
 
 def test_a_one_epoch_job_shows_its_first_epoch_marked_with_a_footnote():
     """A 1-epoch job has no epochs 2+: its first epoch stands in for the median, marked."""
     from sweeps import names
     from sweeps.report.runs import JobRecord
-    from sweeps.report.tables import FIRST_EPOCH_NOTE, comparison, reference_tables
+    from sweeps.report.tables import FIRST_EPOCH_NOTE, TRAINING_JOBS, comparison, reference_tables
 
     def job(device: str, first_s: float) -> JobRecord:
         return JobRecord(device, device, "ok", "", {"device": device}, {"device": device, "epochs": "1"},
                    {names.FIRST_EPOCH_S: first_s, names.BATCH_SIZE: 8})
 
     jobs = [job("cpu", 0.5), job("cuda", 0.25)]
-    tables = dict(reference_tables(jobs))
-    assert "| 8 | 1/1 | 0.50 | 0.50* |" in tables["device=cpu"] and tables["device=cpu"].endswith(FIRST_EPOCH_NOTE)
+    (title, table), = reference_tables(jobs)  # one batch per device: the devices are the rows of one table
+    assert title == TRAINING_JOBS
+    assert "| device=cpu | 8 | 1/1 | - | 0.50 | 0.50* |" in table and table.endswith(FIRST_EPOCH_NOTE)
     side_by_side = comparison(jobs, "device")
     assert "| all | 0.500* | 0.250* | 2.00× |" in side_by_side and side_by_side.endswith(FIRST_EPOCH_NOTE)
+
+
+# A reason longer than a footnote line, with a path longer than one: it wraps between words only.
+LONG_PATH = "/data/" + "nested-folder/" * 8 + "mnist"
+MNIST_REASON = (f"MNIST is not under dataset.root=data ({LONG_PATH}) and dataset.download=false; put the four idx "
+                "files in <root>/MNIST/raw/, or run once with network access and dataset.download=true")
+CIFAR_REASON = "CIFAR-10 is not under dataset.root=data (/x/data) and dataset.download=false"
+
+
+def _log_sweep(uri: str, jobs: list[tuple[str, str, str, dict[str, str], dict[str, float]]]) -> None:
+    """A sweep's parent run and its job runs ``(overrides, outcome, error, params, metrics)``, in
+    that order, logged with MLflow's client into the store at ``uri`` as a sweep logs them."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param
+
+    from sweeps import names
+
+    client = MlflowClient(uri)
+    exp = client.create_experiment("mixed")
+    parent = client.create_run(exp, start_time=1_000, tags={names.KIND_TAG: "sweep"}).info.run_id
+    for i, (overrides, outcome, error, params, metrics) in enumerate(jobs):
+        tags = {names.PARENT_RUN_TAG: parent, names.OVERRIDES_TAG: overrides, names.OUTCOME_TAG: outcome,
+                names.ENV_GPUS: "none", **({names.ERROR_TAG: error} if error else {})}
+        run = client.create_run(exp, start_time=2_000 + i, tags=tags).info.run_id
+        client.log_batch(run, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
+                         params=[Param(k, v) for k, v in {"task": "train", **params}.items()])
+
+
+def test_a_mixed_table_shows_each_jobs_quality_memory_lr_and_reason(tmp_path):
+    """Classification and regression jobs, CPU and GPU jobs, unavailable jobs in one table (one
+    batch per configuration): each job fills its own quality and memory column, shows its lr, and
+    every unavailable job's reason stands in full under the table, one number per reason."""
+    from conftest import seed_store
+    from sweeps import names
+
+    seed_store(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    timing = {names.BATCH_SIZE: 32, names.FIRST_EPOCH_S: 0.5, names.MEDIAN_EPOCH_S: 0.25, names.TOTAL_S: 1.0,
+              names.OVERHEAD_S: 0.1}
+    cpu, gpu = {"device": "cpu"}, {"device": "cuda"}
+    _log_sweep(uri, [
+        ("case=cnn", "ok", "", {**cpu, "dataset.regression": "False"},
+         {**timing, names.LR: 0.025, names.FINAL_ACC: 0.9123, names.PEAK_MB: 1100}),
+        ("case=tabular", "ok", "", {**cpu, "dataset.regression": "True"},
+         {**timing, names.LR: 0.0025, names.FINAL_RMSE: 12.5, names.PEAK_MB: 1040}),
+        ("case=cnn_gpu", "ok", "", gpu, {**timing, names.LR: 0.1, names.FINAL_ACC: 0.5, names.PEAK_MB: 321}),
+        ("case=mnist", "unavailable", MNIST_REASON, cpu, {names.BATCH_SIZE: 32}),
+        ("case=cifar", "unavailable", CIFAR_REASON, cpu, {names.BATCH_SIZE: 32}),
+        ("case=mnist_again", "unavailable", MNIST_REASON, cpu, {names.BATCH_SIZE: 32}),
+    ])
+    assert report.main(["--tracking-uri", uri, "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert _block(text, "Training jobs")[0] == (
+        "| job | batch | runs | lr | first epoch [s] | median epoch from 2 [s] | total time | accuracy | RMSE "
+        "| GPU peak allocated MB | process RSS MB | overhead [s] | note |")
+    rows = {r[0]: r[1:] for r in _table_after(text, "Training jobs")}
+    assert list(rows) == ["case=cnn", "case=tabular", "case=cnn_gpu", "case=mnist", "case=cifar", "case=mnist_again"]
+    # lr, accuracy, RMSE, GPU peak allocated MB, process RSS MB
+    pick = lambda r: (r[2], r[6], r[7], r[8], r[9])  # noqa: E731
+    assert pick(rows["case=cnn"]) == ("0.025", "0.9123", "", "", "1100")
+    assert pick(rows["case=tabular"]) == ("0.0025", "", "12.50", "", "1040")
+    assert pick(rows["case=cnn_gpu"]) == ("0.1", "0.5000", "", "321", "")
+    assert [rows[k][3] for k in ("case=mnist", "case=cifar", "case=mnist_again")] == \
+           ["UNAVAILABLE [1]", "UNAVAILABLE [2]", "UNAVAILABLE [1]"]
+    below = text.split("## Training jobs\n", 1)[1].split("\n## ", 1)[0].split("\n\n[1] ", 1)[1]
+    joined = " ".join(below.split())  # a line break only ever stands where a space was
+    assert joined.startswith(f"{MNIST_REASON} [2] {CIFAR_REASON}")
+    assert all(len(line) <= 100 or LONG_PATH in line for line in below.splitlines())
+
+
+@pytest.mark.slow  # the smoke preset's 8 jobs, ResNet-50 among them: 2-4 min on 2 busy cores
+def test_the_smoke_presets_report_shows_each_jobs_own_quality_lr_and_reason(tmp_path):
+    """The smoke preset mixes classification and regression jobs and, offline, unavailable ones:
+    its one table shows accuracy for the first, RMSE for the second, each job's lr as logged, and
+    every unavailable job's reason in full under the table."""
+    from sweeps import names
+
+    proc = cli_in_process(["-m", "+experiment=smoke"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "out"
+    uri = store(tmp_path).tracking_uri
+    assert report.main(["--tracking-uri", uri, "--experiment", "smoke", "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    header = [c.strip() for c in _block(text, "Training jobs")[0].strip("|").split("|")]
+    rows = {r[0]: dict(zip(header, r)) for r in _table_after(text, "Training jobs")}
+    below = " ".join(text.split("## Training jobs\n", 1)[1].split("\n## ", 1)[0].split())
+    jobs = [r for r in runs(tmp_path, "smoke") if names.PARENT_RUN_TAG in r.data.tags]
+    kinds = set()
+    for run in jobs:
+        row, m = rows[run.data.tags[names.OVERRIDES_TAG].lstrip("+")], run.data.metrics
+        if run.data.tags[names.OUTCOME_TAG] == "ok":
+            assert row["lr"] == f"{m[names.LR]:.4g}" and row["process RSS MB"] == f"{m[names.PEAK_MB]:.0f}"
+            kind = "accuracy" if names.FINAL_ACC in m else "RMSE"
+            assert (row["accuracy"], row["RMSE"]) == ((f"{m[names.FINAL_ACC]:.4f}", "") if kind == "accuracy"
+                                                       else ("", f"{m[names.FINAL_RMSE]:.2f}"))
+        else:
+            kind = run.data.tags[names.OUTCOME_TAG]
+            mark = re.fullmatch(r"UNAVAILABLE \[(\d)\]", row["first epoch [s]"])
+            assert mark and f"[{mark[1]}] {run.data.tags[names.ERROR_TAG]}" in below
+        kinds.add(kind)
+    assert kinds == {"accuracy", "RMSE", "unavailable"}  # cifar10 and mnist: no files under ./data here

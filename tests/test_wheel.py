@@ -69,5 +69,5 @@ def test_readme_own_model_steps_from_a_wheel_outside_the_repo(tmp_path):
     report = subprocess.run([str(python), "-m", "sweeps.report", "--experiment", "waves"], cwd=user, env=env,
                             capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
-    assert re.search(r"\| batch \| runs \| first epoch \[s\] \|", report.stdout), report.stdout[-3000:]
+    assert re.search(r"\| batch \| runs \| lr \| first epoch \[s\] \|", report.stdout), report.stdout[-3000:]
     assert re.search(r"\| 32 \| 1/1 \|", report.stdout) and re.search(r"\| 64 \| 1/1 \|", report.stdout)

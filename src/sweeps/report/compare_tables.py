@@ -9,19 +9,23 @@ from pathlib import Path
 
 from sweeps import names
 from sweeps.report import plots
+from sweeps.report.columns import CPU_MEMORY, GPU_MEMORY, memory
 from sweeps.report.compare import Comparison
 from sweeps.report.runs import JobRecord
 from sweeps.report.tables import FIRST_EPOCH_MARK, epoch_values, md_table, with_note
 from sweeps.tracking.reliability import unreliable
 
-# (row label, metric): the latest value of each, per run; a row shows where any run has it.
-ROWS = (("first epoch [s]", names.FIRST_EPOCH_S), ("samples/s (last epoch)", names.SAMPLES_PER_S),
-        *((f"{p} [ms/iteration]", names.phase_ms(p)) for p in names.PHASES),
-        ("inference median [ms/batch]", names.INFER_MEDIAN_MS), ("test accuracy", names.FINAL_ACC),
-        ("test RMSE", names.FINAL_RMSE), ("energy [J/sample]", names.ENERGY_J_PER_SAMPLE),
-        ("peak memory [MB]", names.PEAK_MB), ("largest batch that fits", names.MAX_BATCH),
-        ("time to target [s]", names.TO_TARGET_S), ("epochs to target", names.TARGET_EPOCHS),
-        ("steps to target", names.TARGET_STEPS))
+# (row label, metric, which runs): the latest value of each, per run; a row shows where any run
+# has it. mem/peak_mb is a GPU's peak allocation for a GPU job and the process's RSS for a CPU job
+# (sweeps.report.columns): a row each, so a cpu-vs-cuda comparison never divides one by the other.
+ROWS = (("first epoch [s]", names.FIRST_EPOCH_S, None), ("samples/s (last epoch)", names.SAMPLES_PER_S, None),
+        *((f"{p} [ms/iteration]", names.phase_ms(p), None) for p in names.PHASES),
+        ("inference median [ms/batch]", names.INFER_MEDIAN_MS, None), ("test accuracy", names.FINAL_ACC, None),
+        ("test RMSE", names.FINAL_RMSE, None), ("energy [J/sample]", names.ENERGY_J_PER_SAMPLE, None),
+        (GPU_MEMORY, names.PEAK_MB, GPU_MEMORY), (CPU_MEMORY, names.PEAK_MB, CPU_MEMORY),
+        ("largest batch that fits", names.MAX_BATCH, None),
+        ("time to target [s]", names.TO_TARGET_S, None), ("epochs to target", names.TARGET_EPOCHS, None),
+        ("steps to target", names.TARGET_STEPS, None))
 EPOCH_ROW = "median epoch from 2 [s]"
 
 
@@ -93,8 +97,9 @@ def config_table(by_group: dict[str, list[JobRecord]], cmp: Comparison) -> str:
     rows = [["runs ok", *(_runs_cell(runs[g]) for g in cmp.groups), *blank]]
     epoch, marked = _epoch_row(EPOCH_ROW, by_group, cmp)
     rows += [epoch] if epoch else []
-    for label, metric in ROWS:
-        values = {g: [j.metrics[metric] for j in _ok(runs[g]) if metric in j.metrics] for g in cmp.groups}
+    for label, metric, kind in ROWS:
+        values = {g: [j.metrics[metric] for j in _ok(runs[g]) if metric in j.metrics
+                      and kind in (None, memory(j))] for g in cmp.groups}
         if any(values.values()):
             rows.append([label, *(_spread(values[g]) for g in cmp.groups), *_ratios(values, cmp)])
     notes = [_notes(runs[g]) for g in cmp.groups]

@@ -106,12 +106,25 @@ _MEMORY_KEYS = ("precision", "channels_last", "optimizer", "optimizer.impl", "da
                 "dataset.image_size", "dataset.channels", "device.index")
 
 
+def used_device(params: dict[str, str], tags: dict[str, str]) -> str:
+    """``cuda`` or ``cpu``: the device type a job's run trained on, from its ``device`` param (the
+    option chosen) and, for ``auto`` and ``ddp`` (backend ``auto``), whether its machine has a GPU
+    (tag ``env.gpus``: ``none`` where it has none; the job resolved ``auto`` the same way). A
+    ``ddp`` job on the Gloo backend runs on the CPU. Unknown params count as ``cpu``."""
+    device = params.get("device", params.get("device.name", "cpu"))
+    if device == "ddp":
+        device = {"nccl": "cuda", "gloo": "cpu"}.get(params.get("device.backend", "auto"), "auto")
+    if device == "auto":  # auto is cuda where the machine has a GPU
+        device = "cpu" if tags.get(names.ENV_GPUS, "none") == "none" else "cuda"
+    return "cuda" if device == "cuda" else "cpu"
+
+
 def memory_key(params: dict[str, str], tags: dict[str, str]) -> tuple:
     """What a ``task=max_batch`` result depends on: model (and every ``model.*`` param), input
     shape, precision, channels_last, optimizer, the device actually used and the machine."""
     device = params.get("device", "?")
-    if device == "auto":  # auto is cuda where the machine has a GPU
-        device = "cpu" if tags.get(names.ENV_GPUS, "none") == "none" else "cuda"
+    if device == "auto":
+        device = used_device(params, tags)
     model = tuple(sorted((k, v) for k, v in params.items() if k == "model" or k.startswith("model.")))
     return (model, device, tags.get(names.ENV_HOST), tags.get(names.ENV_GPUS),
             *(params.get(k) for k in _MEMORY_KEYS if not (device == "cpu" and k == "device.index")))

@@ -6,6 +6,8 @@ import statistics
 from typing import Sequence
 
 from sweeps import names
+from sweeps.report.columns import (CPU_MEMORY, GPU_MEMORY, QUALITY, Footnotes, lr_cell, memory, memory_columns,
+                                   quality, quality_columns)
 from sweeps.report.runs import JobRecord, memory_key
 from sweeps.tracking.console import hms
 from sweeps.tracking.reliability import unreliable
@@ -27,13 +29,6 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def _f(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
-
-
-def _score(job: JobRecord) -> str:
-    m = job.metrics
-    if names.FINAL_ACC in m:
-        return f"{m[names.FINAL_ACC]:.4f}"
-    return _f(m.get(names.FINAL_RMSE))
 
 
 def _median_spread(values: list[float], digits: int = 2) -> str:
@@ -86,81 +81,122 @@ def target_cell(runs: list[JobRecord]) -> str:
     return _median_spread(times) + (f" ({missed}/{len(runs)} missed)" if missed else "")
 
 
+TRAINING_JOBS = "Training jobs"  # the heading of the one table of a sweep with one batch per configuration
+EPOCH_HEADER = "median epoch from 2 [s]"
+TARGET_HEADERS = ("time to target [s]", "epochs to target")
+
+
+def _reference_row(batch: float | None, members: list[JobRecord], fits: dict[tuple, int],
+                   notes: Footnotes) -> tuple[dict[str, str], bool]:
+    """One row of a reference table (header → cell) for the ``members`` run at ``batch``, and
+    whether a first epoch stood in for the median (the cell is marked)."""
+    ok = [j for j in members if j.outcome == names.OK]
+    row = {"batch": "-" if batch is None else f"{batch:.0f}", "runs": f"{len(ok)}/{len(members)}",
+           "lr": lr_cell(members)}
+    if not ok:  # the outcome in place of the times, its reason's mark beside it
+        j = members[0]
+        n = fits.get(memory_key(j.params, j.tags)) if j.outcome == names.OOM else None
+        row["first epoch [s]"] = j.outcome.upper() + (f" (fits up to {n})" if n else "") + notes.mark(members)
+        row[memory(j)] = _f(j.metrics.get(names.PEAK_MB), 0)
+        return row, False
+    row["runs"] += notes.mark(members)  # repeats that failed: "2/3 [1]"
+    col = lambda key, js=ok: [j.metrics[key] for j in js if key in j.metrics]  # noqa: E731
+    totals = col(names.TOTAL_S)
+    epoch, first = epoch_cell(ok)
+    row.update({"first epoch [s]": _median_spread(col(names.FIRST_EPOCH_S)), EPOCH_HEADER: epoch,
+                "total time": hms(statistics.median(totals)) if totals else "-",
+                TARGET_HEADERS[0]: target_cell(ok), TARGET_HEADERS[1]: _median_spread(col(names.TARGET_EPOCHS), 0),
+                "overhead [s]": _median_spread(col(names.OVERHEAD_S)), "note": _note(ok)})
+    for header, (final, _, digits) in QUALITY.items():  # each job under its own kind's header
+        if kind := [j for j in ok if quality(j) == header]:
+            row[header] = _median_spread(col(final, kind), digits)
+    for header in (GPU_MEMORY, CPU_MEMORY):
+        if kind := [j for j in ok if memory(j) == header]:
+            row[header] = _median_spread(col(names.PEAK_MB, kind), 0)
+    return row, first
+
+
 def reference_tables(jobs: list[JobRecord], fits: dict[tuple, int] | None = None) -> list[tuple[str, str]]:
-    """Study 1's table per group (every swept key but batch and repeat): batch | runs | first
-    epoch [s] | median epoch from 2 [s] | total time | accuracy or RMSE | peak MB | overhead |
-    note. A 1-epoch job's first epoch stands in for its median, marked ``*`` and explained under
-    the table (:data:`FIRST_EPOCH_NOTE`). Rows by numeric batch size; the repeats of a batch
+    """Study 1's table per group (every swept key but batch and repeat): batch | runs | lr |
+    first epoch [s] | median epoch from 2 [s] | total time | accuracy and/or RMSE | GPU peak
+    allocated MB and/or process RSS MB | overhead [s] | note. Where every group has one batch
+    (a sweep over models or datasets at one batch), the groups are the rows of one table,
+    :data:`TRAINING_JOBS`, led by a ``job`` column.
+
+    The columns a table holds follow its jobs (:mod:`sweeps.report.columns`): accuracy for
+    classification jobs, RMSE for regression jobs, both where the table mixes them, each job
+    filling its own; ``mem/peak_mb`` under the GPU's peak allocation for a GPU job and under the
+    process's RSS for a CPU job; ``lr`` is the effective learning rate each job logged. A 1-epoch
+    job's first epoch stands in for its median, marked ``*`` and explained under the table
+    (:data:`FIRST_EPOCH_NOTE`). Rows by numeric batch size; the repeats of a batch
     (``repeat=0,1,2``) are one row with the median of each figure and its [min, max]; ``note``
     flags a row whose epochs spread or whose host was loaded by other processes
     (:func:`sweeps.tracking.reliability.unreliable`). Jobs that did not finish show their outcome
     in place of the times — an OOM as ``OOM (fits up to N)`` when ``fits``
-    (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits. Jobs with a target
-    add ``time to target [s]`` (:func:`target_cell`) and ``epochs to target``."""
+    (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits — marked ``[n]``,
+    with their reason (tag ``error``) in full under the table (:class:`Footnotes`). Jobs with a
+    target add ``time to target [s]`` (:func:`target_cell`) and ``epochs to target``."""
     groups: dict[str, dict[float | None, list[JobRecord]]] = {}
     for j in jobs:
-        if names.INFER_MEDIAN_MS not in j.metrics and j.params.get("task") != "max_batch":
+        if names.INFER_MEDIAN_MS not in j.metrics and j.params.get("task") not in ("inference", "max_batch"):
             groups.setdefault(j.label(exclude=("batch", "repeat")), {}).setdefault(j.batch, []).append(j)
-    regression = any(names.FINAL_RMSE in j.metrics for j in jobs)
-    headers = ["batch", "runs", "first epoch [s]", "median epoch from 2 [s]", "total time",
-               "RMSE" if regression else "accuracy", "peak MB", "overhead [s]", "note"]
-    targeted = any(has_target(j) for j in jobs)
-    if targeted:
-        headers[5:5] = ["time to target [s]", "epochs to target"]
+    if len(groups) > 1 and all(len(by_batch) == 1 for by_batch in groups.values()):
+        tables = [(TRAINING_JOBS, [(label, *next(iter(by.items()))) for label, by in groups.items()])]
+    else:
+        tables = [(label, [(None, batch, members) for batch, members in
+                           sorted(by.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))])
+                  for label, by in groups.items()]
     out = []
-    for label, by_batch in groups.items():
-        rows, marked = [], False
-        for batch, members in sorted(by_batch.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-            shown_batch = "-" if batch is None else f"{batch:.0f}"
-            ok = [j for j in members if j.outcome == "ok"]
-            if ok:
-                col = lambda key: [j.metrics[key] for j in ok if key in j.metrics]  # noqa: E731
-                totals = col(names.TOTAL_S)
-                score = _median_spread(col(names.FINAL_RMSE if regression else names.FINAL_ACC), 2 if regression else 4)
-                epoch, first = epoch_cell(ok)
-                marked |= first
-                rows.append([shown_batch, f"{len(ok)}/{len(members)}", _median_spread(col(names.FIRST_EPOCH_S)),
-                             epoch, hms(statistics.median(totals)) if totals else "-", score,
-                             _median_spread(col(names.PEAK_MB), 0), _median_spread(col(names.OVERHEAD_S)), _note(ok)])
-                if targeted:
-                    rows[-1][5:5] = [target_cell(ok), _median_spread(col(names.TARGET_EPOCHS), 0)]
-            else:
-                j = members[0]
-                n = (fits or {}).get(memory_key(j.params, j.tags)) if j.outcome == "oom" else None
-                shown = j.outcome.upper() + (f" (fits up to {n})" if n else "")
-                rows.append([shown_batch, f"0/{len(members)}", shown, "", "", "", _f(j.metrics.get(names.PEAK_MB), 0), "", ""])
-                if targeted:
-                    rows[-1][5:5] = ["", ""]
-        out.append((label, with_note(md_table(headers, rows), marked)))
+    for title, rows in tables:
+        members = [j for *_, js in rows for j in js]
+        headers = ["batch", "runs", "lr", "first epoch [s]", EPOCH_HEADER, "total time",
+                   *(TARGET_HEADERS if any(has_target(j) for j in members) else ()), *quality_columns(members),
+                   *memory_columns(members), "overhead [s]", "note"]
+        headers[:0] = ["job"] if title == TRAINING_JOBS else []
+        notes, cells, marked = Footnotes(), [], False
+        for label, batch, js in rows:
+            row, first = _reference_row(batch, js, fits or {}, notes)
+            cells.append([label if h == "job" else row.get(h, "") for h in headers])
+            marked |= first
+        out.append((title, notes.under(with_note(md_table(headers, cells), marked))))
     return out
 
 
 def max_batch_table(jobs: list[JobRecord]) -> str | None:
-    """Per ``task=max_batch`` job: the largest batch that fits, the peak memory at it, whether the
-    search found the boundary (``exact``) or stopped at ``max_batch.limit``, and its trial count."""
-    rows = [[j.label(), j.outcome, _f(j.metrics.get(names.MAX_BATCH), 0), _f(j.metrics.get(names.MAX_BATCH_PEAK_MB), 0),
-             j.tags.get(names.MAX_BATCH_BOUND_TAG, "-"), _f(j.metrics.get(names.MAX_BATCH_TRIALS), 0)]
-            for j in jobs if j.params.get("task") == "max_batch"]
-    if not rows:
+    """Per ``task=max_batch`` job: the largest batch that fits, the peak memory at it (the GPU's
+    peak allocation, or the process's RSS for a CPU job: a column each), whether the search found
+    the boundary (``exact``) or stopped at ``max_batch.limit``, and its trial count; a job that did
+    not end ``ok`` has its reason under the table."""
+    found = [j for j in jobs if j.params.get("task") == "max_batch"]
+    if not found:
         return None
-    return md_table(["job", "outcome", "max batch", "peak MB at it", "bound", "trials"], rows)
+    mem, notes = memory_columns(found), Footnotes()
+    rows = [[j.label(), j.outcome + notes.mark([j]), _f(j.metrics.get(names.MAX_BATCH), 0),
+             *(_f(j.metrics.get(names.MAX_BATCH_PEAK_MB), 0) if memory(j) == h else "" for h in mem),
+             j.tags.get(names.MAX_BATCH_BOUND_TAG, "-"), _f(j.metrics.get(names.MAX_BATCH_TRIALS), 0)]
+            for j in found]
+    return notes.under(md_table(["job", "outcome", "max batch", *(f"{h} at it" for h in mem), "bound", "trials"],
+                                rows))
 
 
 def inference_table(jobs: list[JobRecord]) -> str | None:
-    """Per inference job: median, p10, p90 ms per batch and throughput."""
+    """Per inference job: median, p10, p90 ms per batch and throughput; a job that did not end
+    ``ok`` has its reason under the table."""
     timings = (names.INFER_MEDIAN_MS, names.INFER_P10_MS, names.INFER_P90_MS)
-    rows = [[j.label(), j.outcome, *(_f(j.metrics.get(k), 3) for k in timings),
+    notes = Footnotes()
+    rows = [[j.label(), j.outcome + notes.mark([j]), *(_f(j.metrics.get(k), 3) for k in timings),
              _f(j.metrics.get(names.SAMPLES_PER_S), 1)]
             for j in jobs if names.INFER_MEDIAN_MS in j.metrics or j.params.get("task") == "inference"]
     if not rows:
         return None
-    return md_table(["job", "outcome", "median ms/batch", "p10 ms", "p90 ms", "samples/s"], rows)
+    return notes.under(md_table(["job", "outcome", "median ms/batch", "p10 ms", "p90 ms", "samples/s"], rows))
 
 
 def comparison(jobs: list[JobRecord], key: str) -> str:
     """Side by side over the values of ``key`` (e.g. device=cpu vs cuda): median epoch time (a
     1-epoch job's first epoch, marked; or the inference median) per remaining label, and the
-    speedup of each column over the first."""
+    speedup of each column over the first. A job that did not end ``ok`` shows its outcome,
+    its reason under the table."""
     values = list(dict.fromkeys(j.swept[key] for j in jobs if key in j.swept))
     cells: dict[str, dict[str, JobRecord]] = {}
     for j in jobs:
@@ -174,16 +210,17 @@ def comparison(jobs: list[JobRecord], key: str) -> str:
         return (t, first) if t is not None else (j.metrics.get(names.INFER_MEDIAN_MS), False)
 
     headers = ["job", *(f"{key}={v}" for v in values), *(f"speedup {v}" for v in values[1:])]
-    rows, marked = [], False
+    rows, marked, notes = [], False, Footnotes()
     for label, row in cells.items():
         timed = [time_of(row.get(v)) for v in values]
         times = [t for t, _ in timed]
         shown = [_f(t, 3) + (FIRST_EPOCH_MARK if first else "") if t is not None
-                 else (row[v].outcome.upper() if v in row else "-") for (t, first), v in zip(timed, values)]
+                 else (row[v].outcome.upper() + notes.mark([row[v]]) if v in row else "-")
+                 for (t, first), v in zip(timed, values)]
         marked |= any(first for _, first in timed)
         speed = [f"{times[0] / t:.2f}×" if times[0] and t else "-" for t in times[1:]]
         rows.append([label, *shown, *speed])
-    return with_note(md_table(headers, rows), marked)
+    return notes.under(with_note(md_table(headers, rows), marked))
 
 
 def scaling_efficiency(jobs: list[JobRecord]) -> str | None:
