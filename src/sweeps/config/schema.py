@@ -23,6 +23,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.plugins.config_source import ConfigSource
 from omegaconf import MISSING, OmegaConf
 
+from sweeps.config import catalog
 from sweeps.config.options import OPTION_SCHEMAS
 
 
@@ -149,6 +150,8 @@ def register() -> None:
     _share_the_store_in_copies()
     if not OmegaConf.has_resolver("repo_dir"):  # ${repo_dir:}: the checkout holding conf/
         OmegaConf.register_new_resolver("repo_dir", lambda: str(CONF_DIR.resolve().parent))
+    if not OmegaConf.has_resolver("sweeps_help"):  # ${sweeps_help:groups}: --help's lists (conf/hydra/help)
+        OmegaConf.register_new_resolver("sweeps_help", catalog.help_section)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for group, options in OPTION_SCHEMAS.items():
