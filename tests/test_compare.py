@@ -135,7 +135,7 @@ def test_by_sweep_ids_filter_torch_version_and_a_baseline_prefix(two_hosts):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--compare", "--experiment", "nope"], "no experiment named 'nope' in sqlite:"),
+    (["--compare", "--experiment", "nope"], "no experiment or preset named 'nope' in sqlite:"),
     (["--compare", "--filter", "tags.`env.host` = 'host-c'"], "no job runs match"),
     (["--compare", "--filter", "this is not a filter"], "MLflow cannot search with"),
     (["--compare", "--tag", "env.host"], "--tag 'env.host' is not KEY=VALUE"),

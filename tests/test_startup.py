@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from conftest import TEST_CONF
+from conftest import REPO, TEST_CONF
 from sweeps import names
+from sweeps.config import catalog
 
 HEAVY = ("torch", "torchvision", "mlflow")
 
@@ -23,7 +24,7 @@ def _imports(args: list[str], cwd) -> tuple[subprocess.CompletedProcess, set[str
 
 
 @pytest.mark.parametrize("args, code, says", [
-    (["--help"], 0, "Powered by Hydra"),
+    (["--help"], 0, "Usage: python -m sweeps [-m] [+experiment=PRESET]"),
     (["--cfg", "job"], 0, "_target_"),
     (["batch=abc"], 2, "batch='abc' is not valid"),
     (["-m", "batch=128,abc", "epochs=5"], 2, "job batch=abc"),
@@ -43,6 +44,45 @@ def test_the_command_line_answers_without_the_heavy_imports(tmp_path, args, code
         assert line.startswith("sweeps: error: ") and says in line
     assert not loaded & set(HEAVY), f"{' '.join(args)} imported {sorted(loaded & set(HEAVY))}"
     assert not (tmp_path / "mlruns").exists()  # nothing was opened either
+
+
+def test_help_lists_the_groups_options_and_presets_with_their_descriptions(tmp_path):
+    """sweeps' own --help: the usage line, the commands, each group a user chooses from with every
+    option and the first comment line of its YAML (a user's --config-dir options too), the
+    presets with theirs; no schema/*, case or Hydra groups; --cfg job named for the full config."""
+    own = tmp_path / "conf"
+    (own / "model").mkdir(parents=True)
+    (own / "model" / "mine.yaml").write_text("# my own net, described here\n_target_: mynets.Net\n")
+    (own / "experiment").mkdir()
+    (own / "experiment" / "my_study.yaml").write_text("# @package _global_\n# my study in one line\nepochs: 1\n")
+    proc, loaded = _imports(["--help", "--config-dir", str(own), "model=mine"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+    page = proc.stdout
+    for command in ("python -m sweeps -m +experiment=smoke",
+                    "python -m sweeps -m model=cnn10,wrn28_10 batch=128,256,512,1024,2048",
+                    "python -m sweeps --config-dir DIR model=mine", "python -m sweeps.report --experiment NAME",
+                    "python -m sweeps.report --compare", "python -m sweeps --cfg job"):
+        assert command in page
+    rows, group = {}, None  # (group, option) -> description: a group's line, then its options' rows
+    for line in page.split("Groups (", 1)[1].split("Presets (", 1)[0].splitlines():
+        if line.startswith("  ") and not line.startswith("   "):
+            group = line.split(":")[0].strip()
+        elif line.startswith("    ") and not line.startswith("     "):  # an option (* in use), its description
+            name, _, text = line.strip().partition(" ")
+            rows[group, name.rstrip("*")] = (name.endswith("*"), text.strip())
+    for group in ("model", "dataset", "device", "optimizer", "lr_scaling", "schedule", "precision", "loss"):
+        assert f"\n  {group}: " in page
+        for path in sorted((REPO / "conf" / group).glob("*.yaml")):
+            description = catalog.first_comment(path.read_text())
+            row = rows.get((group, path.stem), (False, ""))[1]
+            assert description and row.startswith(description[:40]), (group, path.stem, row)
+    assert rows["model", "mine"] == (True, "my own net, described here")  # the option in use, from --config-dir
+    presets = page.split("Presets (+experiment=PRESET):\n", 1)[1]
+    assert "  smoke " in presets and "Does the install work?" in presets and "my_study" in presets
+    assert "my study in one line" in presets
+    assert "schema/" not in page and "mlp_tabular_diabetes" not in page and "case" not in page
+    assert "Powered by Hydra" not in page and "launcher" not in page
 
 
 @pytest.mark.slow  # a whole job under -X importtime: ~13 s

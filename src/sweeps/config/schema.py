@@ -23,6 +23,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.plugins.config_source import ConfigSource
 from omegaconf import MISSING, OmegaConf
 
+from sweeps.config import catalog, presets
 from sweeps.config.options import OPTION_SCHEMAS
 
 
@@ -33,7 +34,8 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # a link to the repo's 
 @dataclass
 class MLflowConfig:
     tracking_uri: Optional[str] = None  # None: $MLFLOW_TRACKING_URI, else sqlite under ./mlruns
-    experiment: str = "sweeps"
+    # None: the preset's name (+experiment=NAME), else "sweeps"; filled as Hydra composes (sweeps.config.presets)
+    experiment: Optional[str] = None
     log_every_epochs: int = 1  # per-epoch metrics to MLflow every this many epochs (1: each); all in epochs.csv
     series_points: Optional[int] = None  # at most ~this many points a series (a round stride); None: no cap
 
@@ -145,10 +147,13 @@ def _share_the_store_in_copies() -> None:
 
 def register() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent); see also
-    :func:`_share_the_store_in_copies`."""
+    :func:`_share_the_store_in_copies` and :func:`sweeps.config.presets.name_the_experiment`."""
     _share_the_store_in_copies()
+    presets.name_the_experiment()
     if not OmegaConf.has_resolver("repo_dir"):  # ${repo_dir:}: the checkout holding conf/
         OmegaConf.register_new_resolver("repo_dir", lambda: str(CONF_DIR.resolve().parent))
+    if not OmegaConf.has_resolver("sweeps_help"):  # ${sweeps_help:groups}: --help's lists (conf/hydra/help)
+        OmegaConf.register_new_resolver("sweeps_help", catalog.help_section)
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for group, options in OPTION_SCHEMAS.items():

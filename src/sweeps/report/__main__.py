@@ -2,7 +2,7 @@
 as one Markdown file (also logged to the sweep's parent run under ``report/``).
 
     python -m sweeps.report                       # the latest sweep in ./mlruns
-    python -m sweeps.report --experiment offline_mnist
+    python -m sweeps.report --experiment offline_mnist   # an MLflow experiment, or a preset's name
     python -m sweeps.report --run-id <parent run id> --out reports/study1
     python -m sweeps.report --compare --experiment phase_times          # machine A vs machine B
     python -m sweeps.report --compare --sweep <id> --sweep <id> --by precision --baseline fp32
@@ -19,7 +19,7 @@ from mlflow import MlflowClient
 
 from sweeps import names
 from sweeps.report import compare, compare_tables, plots
-from sweeps.report.runs import find_sweep, history, load_jobs, max_batches, varied_keys
+from sweeps.report.runs import find_sweep, history, load_jobs, max_batches, resolve_experiment, varied_keys
 from sweeps.report.tables import (COMPARE_KEYS, comparison, inference_table, max_batch_table, reference_tables,
                                   scaling_efficiency)
 from sweeps.report.selection import Selection, select_jobs
@@ -95,8 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2: bad input or nothing to report, one line on
     stderr naming it)."""
     ap = argparse.ArgumentParser(prog="python -m sweeps.report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--experiment", action="append", default=[],
-                    help="MLflow experiment name (default: the latest sweep of any); --compare takes several")
+    ap.add_argument("--experiment", action="append", default=[], metavar="NAME",
+                    help="an MLflow experiment, or a preset (+experiment=NAME) for the experiment it logs to "
+                         "(default: the latest sweep of any); --compare takes several")
+    ap.add_argument("--config-dir", metavar="DIR", help="your --config-dir, where --experiment names a preset of yours")
     ap.add_argument("--run-id", help="the sweep's parent run id")
     ap.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlruns/mlflow.db")
     ap.add_argument("--out", type=Path, help="output folder (default: reports/<sweep run id>, "
@@ -115,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         client = open_client(resolve_uri(args.tracking_uri, create=False))  # a sweep may be creating it
+        for i, name in enumerate(args.experiment):
+            args.experiment[i], note = resolve_experiment(client, name, args.config_dir)
+            if note:
+                print(f"sweeps.report: {note}", file=sys.stderr)
         if args.compare:
             return _compare(client, args)
         given = [f for f in ("sweep", "tag", "filter", "by", "baseline") if getattr(args, f)]

@@ -47,6 +47,33 @@ class JobRecord:
         return " ".join(f"{k}={v}" for k, v in self.swept.items() if k not in exclude) or "all"
 
 
+def resolve_experiment(client: MlflowClient, name: str, config_dir: str | None = None) -> tuple[str, str]:
+    """``(experiment, note)``: ``name`` itself where the store has an MLflow experiment of that
+    name, else the experiment the preset ``name`` logs to (``conf/experiment/`` or
+    ``config_dir/experiment/``; :func:`sweeps.config.presets.experiment_of`) with a one-line
+    ``note`` saying so ('' for an experiment's own name).
+
+    Raises:
+        LookupError: neither an experiment nor a preset of that name, or a preset whose
+            experiment has no runs in the store yet (message names what would work).
+    """
+    if client.get_experiment_by_name(name) is not None:
+        return name, ""
+    from sweeps.config import presets
+
+    experiment = presets.experiment_of(name, config_dir)
+    if experiment is None:
+        known = sorted(e.name for e in client.search_experiments())
+        mine = "" if config_dir else "; a preset of your own: add --config-dir DIR"
+        raise LookupError(f"no experiment or preset named {name!r} in {client.tracking_uri} (experiments: "
+                          f"{', '.join(known) or 'none yet'}; presets: {', '.join(presets.preset_names(config_dir))}"
+                          f"{mine})")
+    if client.get_experiment_by_name(experiment) is None:
+        raise LookupError(f"preset {name!r} logs to experiment {experiment!r}, which is not in {client.tracking_uri}"
+                          f" yet: run python -m sweeps -m +experiment={name} first")
+    return experiment, f"preset {name!r} logs to experiment {experiment!r}"
+
+
 def find_sweep(client: MlflowClient, experiment: str | None = None, run_id: str | None = None):
     """The parent run of a sweep: ``run_id`` if given, else the latest sweep in ``experiment``
     (or in any experiment).

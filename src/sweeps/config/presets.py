@@ -1,0 +1,88 @@
+"""One name for a study: a preset (``+experiment=NAME``, ``conf/experiment/NAME.yaml``) logs to
+the MLflow experiment ``NAME`` unless it sets ``mlflow.experiment`` itself (study 1's warm-up
+recipe logs beside study 1), so ``+experiment=NAME`` and the report's ``--experiment NAME``
+agree. Without a preset the experiment is ``sweeps``; ``mlflow.experiment=`` on the command line
+wins over both.
+
+The name is filled in as Hydra composes (:func:`name_the_experiment`), where the preset Hydra
+chose is known (``hydra.runtime.choices``): every composition — the command line, each job of a
+sweep, ``--cfg job``, Hydra's compose API — sees the final name, and no key reads it unset.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from sweeps.config import catalog
+
+DEFAULT_EXPERIMENT = "sweeps"  # the MLflow experiment of a command without a preset
+
+
+def fill_experiment(cfg: DictConfig) -> None:
+    """Set ``cfg.mlflow.experiment`` where it is null: the preset's name (from ``cfg.hydra``'s
+    choices), else :data:`DEFAULT_EXPERIMENT`. A config without ``mlflow`` or ``hydra`` is left
+    as it is."""
+    if "mlflow" not in cfg or cfg.mlflow.get("experiment") is not None or "hydra" not in cfg:
+        return
+    preset = cfg.hydra.runtime.choices.get(catalog.PRESET_GROUP)
+    cfg.mlflow.experiment = str(preset) if preset else DEFAULT_EXPERIMENT
+
+
+def name_the_experiment() -> None:
+    """Hydra's config loader fills ``mlflow.experiment`` (:func:`fill_experiment`) at the end of
+    each composition. Hydra 1.3 has no hook for it (``Callback.on_compose_config`` is not in a
+    1.3 release), so its ``load_configuration`` is wrapped, as :mod:`sweeps.config.schema` and
+    :mod:`sweeps.launch.cli.compose_once` adapt other parts of it. Idempotent."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    load = ConfigLoaderImpl.load_configuration
+    if getattr(load, "fills_experiment", False):
+        return
+
+    def load_configuration(self, *args, **kwargs):
+        cfg = load(self, *args, **kwargs)
+        fill_experiment(cfg)
+        return cfg
+
+    load_configuration.fills_experiment = True
+    load_configuration.__wrapped__ = load
+    ConfigLoaderImpl.load_configuration = load_configuration
+
+
+def preset_names(config_dir: str | Path | None = None) -> list[str]:
+    """The presets of ``conf/experiment/`` and of ``config_dir/experiment/`` (a user's
+    ``--config-dir``), sorted."""
+    from sweeps.config.schema import CONF_DIR
+
+    sources = [{"path": str(CONF_DIR), "schema": "file"}]
+    if config_dir is not None:
+        sources.append({"path": str(Path(config_dir).resolve()), "schema": "file"})
+    return [o.name for o in catalog.options(sources) if o.group == catalog.PRESET_GROUP]
+
+
+def experiment_of(preset: str, config_dir: str | Path | None = None) -> str | None:
+    """The MLflow experiment the preset ``preset`` logs to, composed as ``python -m sweeps
+    [--config-dir config_dir] +experiment=preset`` would (~0.3 s; no torch); None where there is
+    no such preset.
+
+    Raises:
+        LookupError: the preset exists but does not compose (its one-line reason).
+    """
+    if preset not in preset_names(config_dir):
+        return None
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    from sweeps.config.schema import CONF_DIR, register
+
+    register()
+    overrides = [f"+{catalog.PRESET_GROUP}={preset}"]
+    if config_dir is not None:
+        overrides.append(f"hydra.searchpath=[file://{Path(config_dir).resolve()}]")
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+            return str(compose("config", overrides=overrides).mlflow.experiment)
+    except HydraException as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise LookupError(f"preset {preset!r} does not compose: {reason}") from None
