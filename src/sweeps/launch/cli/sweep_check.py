@@ -56,7 +56,7 @@ def check_sweep(config: DictConfig) -> int:
             if len(composed) < REUSE_MAX:
                 composed[tuple(overrides)] = cfg
             own = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])  # a job's own config, as the job sees it
-            validate(complete(own))
+            validate(complete(own, list(overrides)))
         except HydraException as e:
             raise UsageError(f"job {' '.join(overrides)}: {one_line(e)}") from None
         except UsageError as e:
