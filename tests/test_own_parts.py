@@ -179,9 +179,12 @@ def test_a_users_dataset_class_with_inferred_spec(tmp_path, user_folder):
      ["optimizer=bad"], ["optimizer=bad", "torch.optim.SGD rejects its arguments", "momentun"]),
     ({"conf/optimizer/both.yaml": "_target_: torch.optim.SGD\n_partial_: true\nlr: 0.05\nbase_lr: 0.1\n"},
      ["optimizer=both"], ["optimizer=both", "both lr: 0.05 and base_lr: 0.1", "keep one"]),
+    ({"conf/loss/fn.yaml": "_target_: torch.nn.functional.cross_entropy\n_partial_: true\n"
+                           "label_smothing: 0.1\n"}, ["loss=fn"],
+     ["loss=fn", "torch.nn.functional.cross_entropy rejects its arguments", "label_smothing"]),
     ({}, ["--config-dir", "nowhere"], ["nowhere", "not found"]),
 ], ids=["target-not-importable", "constructor-rejects", "dataset-returns-one", "optimizer-typo", "optimizer-both-lrs",
-        "no-config-dir"])
+        "loss-function-typo", "no-config-dir"])
 def test_bad_input_in_user_code_is_one_line_and_exit_2(tmp_path, user_folder, files, overrides, says):
     """Before any run is opened: one ``sweeps: error:`` line naming the option, the target and
     the cause, exit 2, no traceback, no job run in the store."""

@@ -12,6 +12,7 @@ supplies, and turns a target that does not import or rejects its arguments into 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from typing import Any, Callable
 
@@ -172,6 +173,17 @@ def call_target(node: DictConfig, group: str, *args: Any, supplied: dict[str, An
     """
     fn, call = check_target(node, group, *args, supplied=supplied, **kwargs)
     return fn(*args, **kwargs, **{k: _nested(v) for k, v in call.items()})
+
+
+def bind_target(node: DictConfig, group: str, positional: int) -> Callable:
+    """``node._target_`` with the option's keys bound (:func:`functools.partial`), to be called
+    later with ``positional`` positional arguments (a loss function: ``output, target`` per batch).
+
+    Raises:
+        UsageError: as :func:`check_target`, for a call with that many positional arguments.
+    """
+    fn, call = check_target(node, group, *([None] * positional))
+    return functools.partial(fn, **{k: _nested(v) for k, v in call.items()})
 
 
 def _nested(value: Any) -> Any:
