@@ -224,9 +224,13 @@ def test_a_gru_over_tokens_with_a_loss_function_trains_and_counts_its_flops(tmp_
     ({"conf/loss/fn.yaml": "_target_: torch.nn.functional.cross_entropy\n_partial_: true\n"
                            "label_smothing: 0.1\n"}, ["loss=fn"],
      ["loss=fn", "torch.nn.functional.cross_entropy rejects its arguments", "label_smothing"]),
+    ({"conf/experiment/mine.yaml": "# @package _global_\ndevice: cpu\n"}, ["+experiment=mine"],
+     ["`device: cpu` in experiment/mine sets a config group", "`- override /device: cpu` under its `defaults:`"]),
+    ({"conf/experiment/mine.yaml": "# @package _global_\nmodel: mlp\n"}, ["+experiment=mine"],
+     ["`model: mlp` in experiment/mine sets a config group", "`- override /model: mlp` under its `defaults:`"]),
     ({}, ["--config-dir", "nowhere"], ["nowhere", "not found"]),
 ], ids=["target-not-importable", "constructor-rejects", "dataset-returns-one", "optimizer-typo", "optimizer-both-lrs",
-        "loss-function-typo", "no-config-dir"])
+        "loss-function-typo", "preset-device-key", "preset-model-key", "no-config-dir"])
 def test_bad_input_in_user_code_is_one_line_and_exit_2(tmp_path, user_folder, files, overrides, says):
     """Before any run is opened: one ``sweeps: error:`` line naming the option, the target and
     the cause, exit 2, no traceback, no job run in the store."""

@@ -20,8 +20,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from sweeps.config.lr import settle
-from sweeps.config.options import OWN_KEYS
+from sweeps.config.options import OPTION_SCHEMAS, OWN_KEYS
 from sweeps.errors import UsageError, brief
+from sweeps.names import TARGET_GROUPS
 
 HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 
@@ -34,15 +35,17 @@ def complete(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
     Hydra's for the running job). Idempotent; changes ``cfg`` in place and returns it.
 
     Raises:
-        UsageError: a group node without ``_target_`` (where one is required), an own key of
-            the wrong type, or both or neither of ``optimizer.lr`` / ``base_lr`` — one line
-            naming the key.
+        UsageError: a group node that is not an option (a preset's ``device: cpu``), a group
+            node without ``_target_`` (where one is required), an own key of the wrong type, or
+            both or neither of ``optimizer.lr`` / ``base_lr`` — one line naming the key.
     """
     choices = _choices()
+    preset = f"experiment/{choices['experiment']}" if "experiment" in choices else "a preset"
+    for group in (*OPTION_SCHEMAS, *TARGET_GROUPS):  # each an option's node, not a plain value
+        if not isinstance(cfg.get(group), DictConfig):
+            raise UsageError(group_as_key(group, cfg.get(group), preset))
     for group, schema in OWN_KEYS.items():
         node = cfg.get(group)
-        if not isinstance(node, DictConfig):
-            raise UsageError(f"{group} is not a config group option here ({node!r}): choose one, e.g. {group}=NAME")
         if group != "loss" and not node.get("_target_"):
             raise UsageError(f"{group}={choices.get(group, '?')} has no _target_: name the class or function that "
                              f"builds it (e.g. _target_: mypackage.{'make_' if group == 'dataset' else ''}Thing)")
@@ -61,6 +64,16 @@ def complete(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
                     node[key] = value
     settle(cfg.optimizer, option_name(cfg.optimizer, "optimizer"), _overrides() if overrides is None else overrides)
     return cfg
+
+
+def group_as_key(group: str, value: Any, where: str = "a preset") -> str:
+    """The one line for a config group written as a plain key in a config file's body
+    (``device: cpu`` in a preset): that merges the value into the group's node instead of
+    choosing the option. ``where``: the file, as Hydra names it (``experiment/mine``)."""
+    if not isinstance(value, (str, int, float, bool)):
+        return f"{group} is not a config group option here ({value!r}): choose one, e.g. {group}=NAME"
+    return (f"`{group}: {value}` in {where} sets a config group: write `- override /{group}: {value}` under "
+            f"its `defaults:` ({group}={value} on the command line)")
 
 
 def option_name(node: DictConfig, group: str) -> str:
