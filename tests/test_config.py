@@ -159,17 +159,18 @@ def test_config_hash_covers_only_the_options_fields():
         _compose(["dataset=mnist", "dataset.shape=[3,32,32]"])
 
 
-@pytest.mark.parametrize("key, other", [("threads", "1"), ("malloc_trim_mb", "null")])
-def test_a_key_added_later_left_at_its_default_keeps_earlier_runs_identity(key, other):
-    """``device.threads`` and ``device.malloc_trim_mb`` came after runs were stored: at their
-    default a job hashes as it did before the key existed (a done job is still skipped after the
-    upgrade); set otherwise, it is a different job."""
+@pytest.mark.parametrize("node, key, other", [("device", "threads", "1"), ("device", "malloc_trim_mb", "null"),
+                                             ("optimizer", "lr", "0.05")])
+def test_a_key_added_later_left_at_its_default_keeps_earlier_runs_identity(node, key, other):
+    """``device.threads``, ``device.malloc_trim_mb`` and ``optimizer.lr`` came after runs were
+    stored: at their default a job hashes as it did before the key existed (a done job is still
+    skipped after the upgrade); set otherwise, it is a different job."""
     job = _compose(["dataset=mnist"])
     before_the_key = copy.deepcopy(job)
-    with open_dict(before_the_key.device):
-        del before_the_key.device[key]
+    with open_dict(before_the_key[node]):
+        del before_the_key[node][key]
     assert config_hash(job) == config_hash(before_the_key)
-    assert config_hash(_compose(["dataset=mnist", f"device.{key}={other}"])) != config_hash(job)
+    assert config_hash(_compose(["dataset=mnist", f"{node}.{key}={other}"])) != config_hash(job)
 
 
 @pytest.mark.parametrize("overrides, schema", [

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from sweeps.data.datasets import DataSpec
-from sweeps.train.flops import (PEAK_TFLOPS, gpu_model, peak_flops, perf_metrics, training_flops_per_example)
+from sweeps.train.flops import (PEAK_TFLOPS, first_input, gpu_model, peak_flops, perf_metrics,
+                                training_flops_per_example)
 from sweeps.models import CNN10, MLP, WideResNet
 
 CIFAR = DataSpec((3, 32, 32), 10)
@@ -85,6 +86,32 @@ def test_regression_models_count_too():
     model = MLP(spec.in_shape, 1, hidden=[16, 32, 16])
     fwd = 2 * (13 * 16 + 16 * 32 + 32 * 16 + 16 * 1)
     assert training_flops_per_example(model, spec) == 3 * fwd - 2 * 13 * 16
+
+
+class TokenBag(torch.nn.Module):
+    """Token ids (N, L) int64 → embedding (N, L, 16) → mean over L → 16 → classes."""
+
+    def __init__(self, num_outputs: int, vocab: int = 50, dim: int = 16):
+        super().__init__()
+        self.emb, self.head = torch.nn.Embedding(vocab, dim), torch.nn.Linear(dim, num_outputs)
+
+    def forward(self, x):
+        return self.head(self.emb(x).mean(1))
+
+
+def test_an_embedding_model_is_counted_on_its_real_input_dtype():
+    """Integer token ids, as the dataset's first example holds them: the lookup and the mean
+    count zero, the head 2·16·3 forward and twice that backward — exact. A float dummy input is
+    what an embedding refuses (the reason the count takes a real example)."""
+    spec = DataSpec((12,), 3)
+    tokens = torch.utils.data.TensorDataset(torch.randint(0, 50, (4, 12)), torch.zeros(4, dtype=torch.long))
+    before = torch.random.get_rng_state()
+    example = first_input(tokens)
+    assert torch.equal(torch.random.get_rng_state(), before)
+    assert example.dtype == torch.int64 and example.shape == (12,)
+    assert training_flops_per_example(TokenBag(3), spec, example=example) == 3 * 2 * 16 * 3
+    with pytest.raises(RuntimeError, match="indices"):
+        training_flops_per_example(TokenBag(3), spec)
 
 
 @pytest.mark.parametrize("name, key", [("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),

@@ -143,6 +143,48 @@ def test_a_users_dataset_class_with_inferred_spec(tmp_path, user_folder):
     assert run.data.tags["outcome"] == "ok" and "test/final_rmse" in run.data.metrics
 
 
+def test_a_gru_over_tokens_with_a_loss_function_trains_and_counts_its_flops(tmp_path, user_folder):
+    """The user's GRU over integer token ids (a dataset callable of int64 sequences) and the
+    user's loss as a plain function ``(output, target) -> scalar`` with a key of its own: the job
+    is ok, its loss is that function's, and the FLOPs are counted on the real int64 input —
+    ``perf/flops_per_example`` and per-epoch ``perf/flops_per_s``. On the CPU no datasheet peak
+    exists, so no ``perf/mfu``: tag ``perf.peak`` says so (a known GPU adds it; sweeps.train.flops)."""
+    user_folder({"userpkg_tok/__init__.py": """\
+        import torch
+        from torch import nn
+
+        class Gru(nn.Module):
+            def __init__(self, in_shape, num_outputs, vocab=20, dim=8):
+                super().__init__()
+                self.emb, self.gru = nn.Embedding(vocab, dim), nn.GRU(dim, dim, batch_first=True)
+                self.head = nn.Linear(dim, num_outputs)
+            def forward(self, x):
+                return self.head(self.gru(self.emb(x))[0][:, -1])
+
+        def tokens(n_train=64, length=6, seed=0):
+            g = torch.Generator().manual_seed(seed)
+            def part(n):
+                x = torch.randint(0, 20, (n, length), generator=g)
+                return torch.utils.data.TensorDataset(x, (x[:, 0] % 2).long())
+            return part(n_train), part(16)
+
+        def scaled_ce(output, target, scale=1.0):
+            return scale * nn.functional.cross_entropy(output, target)
+        """, "conf/model/gru.yaml": "_target_: userpkg_tok.Gru\n",
+        "conf/dataset/tokens.yaml": "_target_: userpkg_tok.tokens\n",
+        "conf/loss/scaled.yaml": "_target_: userpkg_tok.scaled_ce\nscale: 1000.0\n"})
+    proc = cli_in_process(["--config-dir", "conf", "model=gru", "dataset=tokens", "loss=scaled", "device=cpu",
+                           "epochs=1", "batch=32", "telemetry.interval_s=0"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "FLOPs not counted" not in proc.stdout + proc.stderr
+    run = runs(tmp_path)[-1]
+    metrics = run.data.metrics
+    assert run.data.tags["outcome"] == "ok" and run.data.params["loss._target_"] == "userpkg_tok.scaled_ce"
+    assert metrics["test/loss"] > 100  # cross-entropy of 2 classes (~0.7) × scale 1000: the function's own
+    assert metrics["perf/flops_per_example"] > 0 and metrics["perf/flops_per_s"] > 0
+    assert "perf/mfu" not in metrics and "MFU omitted" in run.data.tags["perf.peak"]
+
+
 @pytest.mark.parametrize("files, overrides, says", [
     ({"conf/model/ghost.yaml": "_target_: userpkg_ghost.Net\n"}, ["model=ghost"],
      ["model=ghost", "userpkg_ghost.Net cannot be imported", "No module named 'userpkg_ghost'"]),
@@ -153,8 +195,18 @@ def test_a_users_dataset_class_with_inferred_spec(tmp_path, user_folder):
      ["dataset=one", "userpkg_one.one returned a TensorDataset", "return (train, test)"]),
     ({"conf/optimizer/bad.yaml": "_target_: torch.optim.SGD\n_partial_: true\nbase_lr: 0.1\nmomentun: 0.9\n"},
      ["optimizer=bad"], ["optimizer=bad", "torch.optim.SGD rejects its arguments", "momentun"]),
+    ({"conf/optimizer/both.yaml": "_target_: torch.optim.SGD\n_partial_: true\nlr: 0.05\nbase_lr: 0.1\n"},
+     ["optimizer=both"], ["optimizer=both", "both lr: 0.05 and base_lr: 0.1", "keep one"]),
+    ({"conf/loss/fn.yaml": "_target_: torch.nn.functional.cross_entropy\n_partial_: true\n"
+                           "label_smothing: 0.1\n"}, ["loss=fn"],
+     ["loss=fn", "torch.nn.functional.cross_entropy rejects its arguments", "label_smothing"]),
+    ({"conf/experiment/mine.yaml": "# @package _global_\ndevice: cpu\n"}, ["+experiment=mine"],
+     ["`device: cpu` in experiment/mine sets a config group", "`- override /device: cpu` under its `defaults:`"]),
+    ({"conf/experiment/mine.yaml": "# @package _global_\nmodel: mlp\n"}, ["+experiment=mine"],
+     ["`model: mlp` in experiment/mine sets a config group", "`- override /model: mlp` under its `defaults:`"]),
     ({}, ["--config-dir", "nowhere"], ["nowhere", "not found"]),
-], ids=["target-not-importable", "constructor-rejects", "dataset-returns-one", "optimizer-typo", "no-config-dir"])
+], ids=["target-not-importable", "constructor-rejects", "dataset-returns-one", "optimizer-typo", "optimizer-both-lrs",
+        "loss-function-typo", "preset-device-key", "preset-model-key", "no-config-dir"])
 def test_bad_input_in_user_code_is_one_line_and_exit_2(tmp_path, user_folder, files, overrides, says):
     """Before any run is opened: one ``sweeps: error:`` line naming the option, the target and
     the cause, exit 2, no traceback, no job run in the store."""

@@ -56,6 +56,7 @@ LOADER_TAG = "data.loader"  # the loader a training job used and how its worker 
 THREADS_TAG = "torch.threads"  # torch's intra-op CPU threads the job ran with, and who chose them
 HEAP_TAG = "host.malloc"  # how the job's C library kept freed heap (device.malloc_trim_mb)
 PEAK_TAG = "perf.peak"  # the datasheet peak MFU is measured against
+LR_TAG = "lr.source"  # where the job's lr came from: "lr 0.025 = base_lr 0.1 × 32/128 (linear)" or "lr 0.05 (as written, no scaling)"
 MAX_BATCH_BOUND_TAG = "max_batch.bound"
 TARGET_TAG = "sweeps.target"  # with a target: "reached", or "missed" (all epochs ran without reaching it)
 TARGET_REACHED, TARGET_MISSED = "reached", "missed"

@@ -1,14 +1,14 @@
-"""Checks of a composed config that its types cannot express, and the numbers derived from it
-(global batch size, scaled learning rate). Every failure is a :class:`UsageError` with one line
-that names the key and says what would work."""
+"""Checks of a composed config that its types cannot express, and the global batch size derived
+from it (the learning rate: :mod:`sweeps.config.lr`). Every failure is a :class:`UsageError` with
+one line that names the key and says what would work."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from sweeps import names
+from sweeps.config.lr import LR_KEYS
 from sweeps.errors import UsageError
 
 
@@ -24,24 +24,6 @@ def batch_size(cfg: DictConfig, train_len: int) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0:
         raise UsageError(f"batch={raw!r} is not valid: use a positive integer (e.g. batch=128) or batch=full")
     return raw
-
-
-def scaled_lr(base_lr: float, batch: int, base_batch: int, rule: str) -> float:
-    """Learning rate for ``batch`` from ``base_lr`` at ``base_batch``.
-
-    ``linear``: lr = base_lr × batch / base_batch (Goyal et al. 2017, "Accurate, Large Minibatch
-    SGD"; Smith et al. 2017, "Don't Decay the Learning Rate, Increase the Batch Size");
-    ``sqrt``: lr = base_lr × √(batch / base_batch) (Krizhevsky 2014, "One weird trick");
-    ``none``: lr = base_lr.
-
-    Raises:
-        UsageError: unknown rule.
-    """
-    ratio = batch / base_batch
-    factors = {"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1.0}
-    if rule not in factors:
-        raise UsageError(f"lr_scaling.rule={rule!r} is unknown: use one of {', '.join(factors)}")
-    return base_lr * factors[rule]
 
 
 def validate(cfg: DictConfig) -> None:
@@ -103,8 +85,10 @@ def validate(cfg: DictConfig) -> None:
                          f"{cfg.checkpoint.every_epochs}: use values ≥ 0 (0 turns that trigger off)")
     if cfg.epochs <= 0:
         raise UsageError(f"epochs={cfg.epochs} is not valid: use a positive integer (e.g. epochs=10)")
-    if cfg.optimizer.base_lr <= 0:
-        raise UsageError(f"optimizer.base_lr={cfg.optimizer.base_lr} is not valid: use a positive number")
+    for key in LR_KEYS:
+        value = cfg.optimizer.get(key)
+        if value is not None and value <= 0:
+            raise UsageError(f"optimizer.{key}={value} is not valid: use a positive number")
     if cfg.lr_scaling.base_batch <= 0:
         raise UsageError(f"lr_scaling.base_batch={cfg.lr_scaling.base_batch} is not valid: use a positive integer")
     _validate_target(cfg.target)

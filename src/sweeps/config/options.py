@@ -39,10 +39,12 @@ class DatasetKeys:
 @dataclass
 class OptimizerKeys:
     """Keys of every ``optimizer`` option that sweeps reads itself; the others go to the
-    ``torch.optim`` class (or the user's) that ``_target_`` names, with ``lr`` from ``base_lr``."""
+    ``torch.optim`` class (or the user's) that ``_target_`` names, with the ``lr`` of
+    :func:`sweeps.config.lr.describe_lr`. One of ``lr`` and ``base_lr`` is set."""
 
     name: Optional[str] = None
-    base_lr: float = MISSING  # learning rate at lr_scaling.base_batch examples per step (becomes lr)
+    lr: Optional[float] = None  # the learning rate at every batch size, as written (no scaling)
+    base_lr: Optional[float] = None  # the learning rate at lr_scaling.base_batch examples, scaled by lr_scaling
     impl: str = "auto"  # auto (fused on CUDA where the class has it, else torch default) | fused | foreach | loop
 
 
@@ -107,7 +109,7 @@ class DDPDevice(Device):
     timeout_s: float = 300.0  # bound on every collective (and the rendezvous), seconds
 
 
-# ── lr_scaling: lr = optimizer.base_lr × f(batch / base_batch), see sweeps.config.scaled_lr ──
+# ── lr_scaling: lr = optimizer.base_lr × f(batch / base_batch), see sweeps.config.lr ──
 @dataclass
 class LRScaling:
     rule: str = MISSING  # linear | sqrt | none

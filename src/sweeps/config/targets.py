@@ -12,38 +12,43 @@ supplies, and turns a target that does not import or rejects its arguments into 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from sweeps.config.options import OWN_KEYS
+from sweeps.config.lr import settle
+from sweeps.config.options import OPTION_SCHEMAS, OWN_KEYS
 from sweeps.errors import UsageError, brief
+from sweeps.names import TARGET_GROUPS
 
 HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 
 
-def complete(cfg: DictConfig) -> DictConfig:
+def complete(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
     """Fill the own keys each group's node lacks (:data:`OWN_KEYS`'s defaults), check their
-    types, and name the option (``<group>.name``: the option Hydra chose, else the target's last
-    component, lowercased). Idempotent; changes ``cfg`` in place and returns it.
+    types, name the option (``<group>.name``: the option Hydra chose, else the target's last
+    component, lowercased), and leave one of ``optimizer.lr`` / ``base_lr`` set
+    (:func:`sweeps.config.lr.settle`; ``overrides``: the job's command-line overrides, by default
+    Hydra's for the running job). Idempotent; changes ``cfg`` in place and returns it.
 
     Raises:
-        UsageError: a group node without ``_target_`` (where one is required), or an own key
-            of the wrong type — one line naming the key.
+        UsageError: a group node that is not an option (a preset's ``device: cpu``), a group
+            node without ``_target_`` (where one is required), an own key of the wrong type, or
+            both or neither of ``optimizer.lr`` / ``base_lr`` — one line naming the key.
     """
     choices = _choices()
+    preset = f"experiment/{choices['experiment']}" if "experiment" in choices else "a preset"
+    for group in (*OPTION_SCHEMAS, *TARGET_GROUPS):  # each an option's node, not a plain value
+        if not isinstance(cfg.get(group), DictConfig):
+            raise UsageError(group_as_key(group, cfg.get(group), preset))
     for group, schema in OWN_KEYS.items():
         node = cfg.get(group)
-        if not isinstance(node, DictConfig):
-            raise UsageError(f"{group} is not a config group option here ({node!r}): choose one, e.g. {group}=NAME")
         if group != "loss" and not node.get("_target_"):
             raise UsageError(f"{group}={choices.get(group, '?')} has no _target_: name the class or function that "
                              f"builds it (e.g. _target_: mypackage.{'make_' if group == 'dataset' else ''}Thing)")
-        if group == "optimizer" and "lr" in node:
-            raise UsageError(f"optimizer={choices.get(group, node.get('name') or '?')}: lr is set by sweeps from base_lr "
-                             f"and lr_scaling; write base_lr: {node.lr} (the lr at lr_scaling.base_batch examples)")
         defaults = {f.name: None for f in dataclasses.fields(schema)}
         given = {k: node[k] for k in defaults if k in node and not OmegaConf.is_missing(node, k)}
         try:  # the own keys through their dataclass: "batch=abc"-style type errors in one line
@@ -57,12 +62,31 @@ def complete(cfg: DictConfig) -> DictConfig:
             for key, value in checked.items():
                 if key not in node or node[key] != value:
                     node[key] = value
+    settle(cfg.optimizer, option_name(cfg.optimizer, "optimizer"), _overrides() if overrides is None else overrides)
     return cfg
+
+
+def group_as_key(group: str, value: Any, where: str = "a preset") -> str:
+    """The one line for a config group written as a plain key in a config file's body
+    (``device: cpu`` in a preset): that merges the value into the group's node instead of
+    choosing the option. ``where``: the file, as Hydra names it (``experiment/mine``)."""
+    if not isinstance(value, (str, int, float, bool)):
+        return f"{group} is not a config group option here ({value!r}): choose one, e.g. {group}=NAME"
+    return (f"`{group}: {value}` in {where} sets a config group: write `- override /{group}: {value}` under "
+            f"its `defaults:` ({group}={value} on the command line)")
 
 
 def option_name(node: DictConfig, group: str) -> str:
     """The option's name for messages: ``<group>.name``, else the option Hydra chose, else ``?``."""
     return str(node.get("name") or _choices().get(group) or "?")
+
+
+def _overrides() -> list[str]:
+    """The running job's command-line overrides (a sweep's swept values included), where a
+    Hydra context exists."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
 def _choices() -> dict[str, str]:
@@ -162,6 +186,17 @@ def call_target(node: DictConfig, group: str, *args: Any, supplied: dict[str, An
     """
     fn, call = check_target(node, group, *args, supplied=supplied, **kwargs)
     return fn(*args, **kwargs, **{k: _nested(v) for k, v in call.items()})
+
+
+def bind_target(node: DictConfig, group: str, positional: int) -> Callable:
+    """``node._target_`` with the option's keys bound (:func:`functools.partial`), to be called
+    later with ``positional`` positional arguments (a loss function: ``output, target`` per batch).
+
+    Raises:
+        UsageError: as :func:`check_target`, for a call with that many positional arguments.
+    """
+    fn, call = check_target(node, group, *([None] * positional))
+    return functools.partial(fn, **{k: _nested(v) for k, v in call.items()})
 
 
 def _nested(value: Any) -> Any:

@@ -23,7 +23,7 @@ import torch
 from omegaconf import DictConfig
 
 from sweeps import names
-from sweeps.config import batch_size, scaled_lr
+from sweeps.config import batch_size, describe_lr
 from sweeps.config.targets import check_target, option_name
 from sweeps.data import DataSpec, build_datasets
 from sweeps.data.device_loader import can_reside
@@ -130,7 +130,7 @@ class Task:
 
     def prepare(self) -> JobData:
         """Build the datasets; the global batch (``batch=full``: the training set) and the lr
-        scaled for it (``lr_scaling``).
+        for it (``optimizer.lr`` as written, or ``base_lr`` scaled by ``lr_scaling``).
 
         Raises:
             DataUnavailable: the files are missing (``dataset.if_missing=skip`` turns this into
@@ -144,8 +144,8 @@ class Task:
             log.warning("batch=%d is larger than the %d training examples: clamped to batch=%d (logged, and the "
                         "learning rate scaled, for the batch that runs)", batch, len(train), len(train))
             batch = len(train)
-        lr = scaled_lr(cfg.optimizer.base_lr, batch, cfg.lr_scaling.base_batch, cfg.lr_scaling.rule)
-        self.data = JobData(train, test, spec, batch, lr)
+        lr, lr_source = describe_lr(cfg, batch)
+        self.data = JobData(train, test, spec, batch, lr, lr_source)
         return self.data
 
     def run(self, job: Any, device: torch.device) -> None:

@@ -43,7 +43,7 @@ class TrainTask(Task):
         job.writer.queue_tags({names.LOADER_TAG: describe_workers(
             cfg.dataset, device, data.train, resident_loader(cfg.dataset.loader, data.train))})
         with_perf = flops.tracker(job.writer, training.model, data.spec, device, cfg.precision.name,
-                                  devices=distributed.world_size())
+                                  devices=distributed.world_size(), example=flops.first_input(data.train))
         if cfg.compile:  # compiled and warmed up here, out of the epoch times
             job.measured_s = training.compile()
             job.writer.log_metrics({names.COMPILE_S: job.measured_s})

@@ -32,8 +32,8 @@ IGNORED = ("mlflow", "log_every_s", "telemetry", "resume", "checkpoint", "datase
 # Keys added after runs were stored, at their default: not hashed, so an upgrade does not make a
 # done job look new (it is still skipped or resumed); set to anything else they count.
 # device.threads' null behaves as before it existed; device.malloc_trim_mb's 1024 changes how fast
-# a CPU step's memory comes back, not what the job computes.
-ADDED_LATER = {"device.threads": None, "device.malloc_trim_mb": 1024}
+# a CPU step's memory comes back, not what the job computes. optimizer.lr's null: base_lr scaled, as before.
+ADDED_LATER = {"device.threads": None, "device.malloc_trim_mb": 1024, "optimizer.lr": None}
 
 
 def config_hash(cfg: DictConfig, ignore: tuple[str, ...] = (), identity: dict[str, str] | None = None) -> str:

@@ -75,13 +75,15 @@ class CompileWatch:
 @dataclass
 class JobData:
     """What a job trains on: the two datasets, their :class:`DataSpec`, the global batch size
-    (examples per optimizer step, all ranks together) and the learning rate scaled for it."""
+    (examples per optimizer step, all ranks together) and the learning rate for it, with where
+    that came from (:func:`sweeps.config.describe_lr`: ``lr 0.025 = base_lr 0.1 × 32/128 (linear)``)."""
 
     train: Dataset
     test: Dataset
     spec: DataSpec
     batch: int
     lr: float
+    lr_source: str = ""
 
 
 def build_model(cfg: DictConfig, spec: DataSpec, device: torch.device) -> tuple[nn.Module, Precision, bool]:

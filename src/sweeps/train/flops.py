@@ -88,14 +88,16 @@ def peak_flops(device: torch.device, precision: str) -> tuple[float | None, str]
 
 
 def training_flops_per_example(model: nn.Module, spec: DataSpec, loss_fn: nn.Module | None = None,
-                               batch: int = 2) -> float:
+                               batch: int = 2, example: torch.Tensor | None = None) -> float:
     """FLOPs of forward + backward for one training example (FLOP, not FLOP/s).
 
     Counted by :class:`FlopCounterMode` on a ``meta``-device copy of ``model`` in training mode,
-    on a batch of ``batch`` examples of shape ``spec.in_shape``, then divided by ``batch``.
+    on a batch of ``batch`` examples shaped and typed like ``example`` (one real input, e.g. int64
+    token ids for an embedding; None: float32 of ``spec.in_shape``), then divided by ``batch``.
     """
     meta = copy.deepcopy(model).to("meta").train()
-    x = torch.empty(batch, *spec.in_shape, device="meta")
+    shape, dtype = (spec.in_shape, torch.float32) if example is None else (tuple(example.shape), example.dtype)
+    x = torch.empty(batch, *shape, dtype=dtype, device="meta")
     if spec.task == "regression":
         loss_fn, y = loss_fn or nn.MSELoss(), torch.empty(batch, spec.num_outputs, device="meta")
     else:
@@ -114,15 +116,28 @@ def perf_metrics(flops_per_example: float | None, peak: float | None, samples: i
     return {names.FLOPS_PER_S: achieved, **({names.MFU: achieved / peak} if peak else {})}
 
 
+def first_input(dataset) -> torch.Tensor | None:
+    """The input of ``dataset``'s first example as a tensor (its dtype and shape are what the model
+    gets: token ids stay integers), or None where it cannot be read. torch's global RNG is left as
+    it was (a random transform draws from it)."""
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return torch.as_tensor(dataset[0][0])
+    except Exception as e:  # the count falls back to float32 inputs; the epochs will say what is wrong
+        log.debug("first example not read for the FLOP count (%s)", describe(e))
+        return None
+
+
 def tracker(writer, model: nn.Module, spec: DataSpec, device: torch.device, precision: str,
-            devices: int = 1) -> Callable[[dict], None]:
+            devices: int = 1, example: torch.Tensor | None = None) -> Callable[[dict], None]:
     """Count the model's FLOPs once, log ``perf/flops_per_example`` and ``perf/peak_flops`` (job
     level) and the ``perf.peak`` tag through ``writer`` (``log_metrics``, ``set_tags``), and return
     a function that adds :func:`perf_metrics` to an epoch record in place. A model the counter
     cannot handle only loses these metrics. ``devices``: data-parallel ranks, each a ``device``
-    (the records then count all ranks' samples, so the peak is ``devices`` × one device's)."""
+    (the records then count all ranks' samples, so the peak is ``devices`` × one device's).
+    ``example``: one real input (:func:`first_input`), whose dtype and shape the count uses."""
     try:
-        per_example = training_flops_per_example(model, spec)
+        per_example = training_flops_per_example(model, spec, example=example)
     except Exception as e:  # MFU is a bonus: never fail a job over it
         log.warning("FLOPs not counted (%s): perf/flops_per_s and perf/mfu omitted", describe(e))
         per_example = None

@@ -1,15 +1,18 @@
 """The loss, a ``loss._target_`` like every other part: ``loss=auto`` (``_target_: null``) picks
-cross-entropy for classification and MSE for regression; any ``torch.nn`` loss or the user's
-callable ``(output, target) -> scalar`` otherwise."""
+cross-entropy for classification and MSE for regression; otherwise a class (a ``torch.nn`` loss or
+the user's), instantiated with the option's keys and then called per batch, or a function
+``(output, target, **keys) -> scalar`` (``torch.nn.functional.mse_loss`` or the user's def),
+called per batch with the option's keys — with or without ``_partial_: true``."""
 from __future__ import annotations
 
+import inspect
 from typing import Callable
 
 import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from sweeps.config.targets import call_target
+from sweeps.config.targets import bind_target, call_target, locate
 from sweeps.data import DataSpec
 
 
@@ -19,10 +22,13 @@ def make_loss(cfg: DictConfig, spec: DataSpec) -> Callable[[torch.Tensor, torch.
     would otherwise broadcast to ``(N, N)`` without a word).
 
     Raises:
-        UsageError: the target does not import or rejects its arguments.
+        UsageError: the target does not import, or rejects its arguments (a function: its keys
+            beside two positional ``(output, target)``).
     """
-    if cfg.get("_target_"):
+    if cfg.get("_target_") and inspect.isclass(locate(cfg, "loss")):
         loss = call_target(cfg, "loss")
+    elif cfg.get("_target_"):  # the loss itself: its keys bound now, (output, target) per batch
+        loss = bind_target(cfg, "loss", positional=2)
     else:
         loss = nn.MSELoss() if spec.task == "regression" else nn.CrossEntropyLoss()
     if spec.task != "regression":

@@ -7,6 +7,7 @@ itself, before its run opens."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 from hydra.core.global_hydra import GlobalHydra
@@ -14,6 +15,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from sweeps.config import complete, validate
+from sweeps.config.options import OPTION_SCHEMAS
+from sweeps.config.targets import group_as_key
 from sweeps.launch.cli.sweep_compose import JobComposer
 from sweeps.errors import UsageError
 
@@ -56,7 +59,7 @@ def check_sweep(config: DictConfig) -> int:
             if len(composed) < REUSE_MAX:
                 composed[tuple(overrides)] = cfg
             own = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])  # a job's own config, as the job sees it
-            validate(complete(own))
+            validate(complete(own, list(overrides)))
         except HydraException as e:
             raise UsageError(f"job {' '.join(overrides)}: {one_line(e)}") from None
         except UsageError as e:
@@ -99,9 +102,14 @@ def one_line(exc: BaseException) -> str:
     """Hydra's multi-line message for a composition error as one line: its sentences joined, the
     options it lists comma-separated, without the config search path and OmegaConf's
     ``full_key``/``object_type`` lines (the key is already named). The cause is appended when
-    the message does not hold it (a type conversion)."""
+    the message does not hold it (a type conversion). A closed group written as a plain key in a
+    preset (``device: cpu``: "Merge error: str is not a subclass of AutoDevice") gets the line
+    that shows the ``- override /device: cpu`` form instead."""
     parts: list[str] = []
     text = str(exc)
+    plain = _group_as_key(text)
+    if plain:
+        return plain
     if exc.__cause__ is not None and (str(exc.__cause__).splitlines() or [""])[0] not in text:
         text += "\n" + str(exc.__cause__)
     for raw in text.splitlines():
@@ -117,3 +125,14 @@ def one_line(exc: BaseException) -> str:
         else:
             parts.append(line.rstrip("."))
     return "; ".join(parts)
+
+
+def _group_as_key(text: str) -> str | None:
+    """:func:`sweeps.config.targets.group_as_key`'s line for Hydra's message about a plain value
+    merged into a closed group's schema (``device``, ``lr_scaling``, ``precision``), else None."""
+    merge = re.search(r"Merge error: \w+ is not a subclass of (\w+)\. value: (.*)", text)
+    groups = {cls.__name__: group for group, options in OPTION_SCHEMAS.items() for cls in options.values()}
+    if not merge or merge.group(1) not in groups:
+        return None
+    where = re.search(r"In '([^']+)'", text)
+    return group_as_key(groups[merge.group(1)], merge.group(2).strip(), where.group(1) if where else "a preset")

@@ -140,6 +140,7 @@ class JobRun:
         launchers.current().on_open(self)  # under Slurm: its job id tags, requeue time lost, checkpoint-then-requeue
         if data is not None:
             self.writer.log_metrics({names.BATCH_SIZE: data.batch, names.LR: data.lr})
+            self.writer.queue_tags({names.LR_TAG: data.lr_source})
             log.info("job %s: batch %d, lr %.4g, %d train / %d test examples", self.name, data.batch, data.lr,
                      len(data.train), len(data.test))
             if self.resume_state is None:  # MLflow dataset inputs and example counts: a resumed run has them
