@@ -144,6 +144,7 @@ def saved() -> Iterator[None]:
     handlers = {s: signal.getsignal(s) for s in _SIGNALS}
     loggers, disabled = _loggers(), logging.root.manager.disable
     project = state.replace(copy.deepcopy(state.current()))  # the test changes a copy; the original comes back
+    state.current().said.clear()  # machine notices: each test hears them as a new command would
     try:
         yield
     finally:

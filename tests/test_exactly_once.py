@@ -70,7 +70,8 @@ def test_kill_9_and_a_rerun_within_half_a_second_store_each_epoch_once(tmp_path)
     late), 20 times: no (metric, epoch) stored twice, no run left RUNNING, each rerun ends ok."""
     rng = random.Random(52)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    args = ["-m", "+experiment=diabetes", "batch=32", "epochs=300", "checkpoint.every_epochs=20"]
+    # one torch thread: beside a busy loop, two threads that wait on each other made an epoch ~3 s
+    args = ["-m", "+experiment=diabetes", "batch=32", "epochs=100", "device.threads=1", "checkpoint.every_epochs=10"]
     try:
         for attempt in range(20):
             cwd = tmp_path / f"try{attempt}"

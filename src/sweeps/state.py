@@ -32,7 +32,10 @@ class ProcessState:
     - ``cuda_lost``: the one line of a sticky CUDA error ("" while the CUDA context is fine);
     - ``cuda_contexts``: CUDA indices (this process's numbering) where a job made a context;
     - ``pool_waited_s``: seconds the latest GPU-pool claim waited (s);
-    - ``pool_held``: the running job's pool GPUs (NVML UUIDs).
+    - ``pool_held``: the running job's pool GPUs (NVML UUIDs);
+    - ``said``: the machine notices said so far (:func:`said_once`);
+    - ``sweep_started_at``, ``job_times``: when the running sweep began (monotonic s) and the wall
+      times (s) of its jobs this process ran, for the console's time left.
     """
 
     outcomes: Counter = field(default_factory=Counter)
@@ -46,6 +49,9 @@ class ProcessState:
     cuda_contexts: set[int] = field(default_factory=set)
     pool_waited_s: float = 0.0
     pool_held: list[str] = field(default_factory=list)
+    said: set = field(default_factory=set)
+    sweep_started_at: float | None = None
+    job_times: list[float] = field(default_factory=list)
 
 
 _current = ProcessState()
@@ -70,3 +76,12 @@ def begin_command() -> ProcessState:
     old = _current
     replace(ProcessState(cuda_lost=old.cuda_lost, cuda_contexts=set(old.cuda_contexts)))
     return _current
+
+
+def said_once(key: object) -> bool:
+    """True the first time ``key`` is asked in this command, False after: a machine notice (no
+    NVML, the torch thread count, an edge sample's cost) is said once per sweep, not per job."""
+    if key in _current.said:
+        return False
+    _current.said.add(key)
+    return True

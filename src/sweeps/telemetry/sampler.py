@@ -34,6 +34,7 @@ import psutil
 
 from sweeps import names
 from sweeps.errors import describe
+from sweeps.state import said_once
 from sweeps.telemetry import nvml as nvml_api
 from sweeps.telemetry.nvml import GPU_FIELDS, HOST_FIELDS, MB, PERMANENT, gpu_ids, nvml_problem
 from sweeps.telemetry.stats import busy_pct, energy, epoch_metrics, reasons_seen, samples_csv
@@ -107,7 +108,8 @@ class Telemetry:
             self._thread.start()
         except Exception as e:  # telemetry never fails a job
             self.enabled, self.gpu_reason = False, f"failed to start ({describe(e)})"
-        log.info("telemetry: %s", self.tags()["telemetry"])
+        what = self.tags()["telemetry"]  # the same for every job of a sweep on one machine: said once
+        log.log(logging.INFO if said_once(("telemetry", what)) else logging.DEBUG, "telemetry: %s", what)
         return self
 
     def _open_gpus(self) -> None:
@@ -195,9 +197,10 @@ class Telemetry:
         return v
 
     def _note(self, key: Any, message: str) -> None:
+        """Say ``message`` once per job, and at INFO once per sweep (a machine's trait, not a job's)."""
         if key not in self._noted:
             self._noted.add(key)
-            log.info(message)
+            log.log(logging.INFO if said_once(("telemetry", key)) else logging.DEBUG, message)
 
     # epochs ----------------------------------------------------------------------------------
     def epoch_start(self, epoch: int) -> None:

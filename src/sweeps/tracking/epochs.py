@@ -57,7 +57,7 @@ class EpochLog:
                  last_epoch: int | None = None, records: list[dict] | None = None, logged_through: int = 0,
                  rewrite: bool = False, spare_core: bool = False):
         self.spare_core = spare_core
-        self.writer, self.table = writer, EpochTable(regression)
+        self.writer, self.table = writer, EpochTable(regression, verbose=log.isEnabledFor(logging.DEBUG))
         self.log_every_s, self.last_epoch = log_every_s, last_epoch
         self.records: list[dict] = list(records or [])
         self.logged_through = logged_through

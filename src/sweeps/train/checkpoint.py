@@ -128,8 +128,15 @@ class Checkpoints:
         return None
 
     def clear(self) -> None:
-        """Remove the run's folder: checkpoints and journal (once it ended ok or oom they serve no resume)."""
+        """Remove the run's folder: checkpoints and journal (once it ended ok or oom they serve no
+        resume); then its config's folder and ``checkpoint.dir`` where that left them empty, so a
+        sweep whose jobs all ended leaves no empty folders behind."""
         shutil.rmtree(self.directory, ignore_errors=True)
+        for folder in (self.directory.parent, self.directory.parent.parent):
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (another run's folder), or not ours to remove
+                break
 
 
 def _discard(path: str | Path | None) -> None:

@@ -18,6 +18,7 @@ from sweeps import names
 from sweeps.errors import UsageError, describe, signal_exception
 from sweeps.launch import launchers
 from sweeps.launch.cli.sweep_check import check_sweep
+from sweeps.launch.job import progress
 from sweeps.launch.job.summary import print_summary
 from sweeps.launch.process import outcome, parent_run, signals
 from sweeps.state import current
@@ -106,6 +107,9 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             current().planned_jobs = check_sweep(config)  # every job's values, before the parent run opens and any job starts
+            print(progress.header(current().planned_jobs, _preset(config), str(config.mlflow.experiment),
+                                  store.tracking_uri(config)), flush=True)
+            progress.begin_sweep(current().planned_jobs)
             if not launchers.runs_jobs_in_this_process(config):  # a pool's, Slurm's: the store process would idle
                 store_processes.discard_spare()
             client, experiment_id = store.prepare(config, hold=signals.held)  # a new store is created whole
@@ -139,8 +143,8 @@ class SweepCallback(Callback):
         client.update_run(run_id, name=naming.sweep_title(swept, _preset(config), run_id))
         client.set_tag(run_id, names.MLFLOW_RUN_NOTE, naming.sweep_note(command, swept, str(config.hydra.sweep.dir), run_id))
         parent_run.note(swept_keys=",".join(swept))
-        log.info("MLflow: sweep run %s in experiment '%s' (id %s) at %s; run table: #/experiments/%s/runs",
-                 run.info.run_id, config.mlflow.experiment, experiment_id, client.tracking_uri, experiment_id)
+        log.debug("MLflow: sweep run %s in experiment '%s' (id %s) at %s", run.info.run_id, config.mlflow.experiment,
+                  experiment_id, client.tracking_uri)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         with signals.held() as pending:  # the summary and the parent's status are written whole
@@ -179,3 +183,4 @@ class SweepCallback(Callback):
             print(f"{skipped} job(s) skipped: already done (ok/oom) in this experiment; resume=false runs them again")
             client.set_tag(parent, f"{names.OUTCOMES_TAG_PREFIX}{names.SKIPPED}", str(skipped))
         client.set_terminated(parent, "FINISHED")
+        print(progress.next_steps(str(config.mlflow.experiment), client.tracking_uri, experiment_id, parent), flush=True)

@@ -20,7 +20,7 @@ from sweeps import names
 from sweeps.config import complete, validate
 from sweeps.errors import DataUnavailable, UsageError, describe, signal_exception
 from sweeps.launch import launchers
-from sweeps.launch.job import identity
+from sweeps.launch.job import identity, progress
 from sweeps.launch.job.finish import finish
 from sweeps.launch.job.summary import print_summary
 from sweeps.launch.placement import ddp, gpu_pool
@@ -141,7 +141,7 @@ class JobRun:
         if data is not None:
             self.writer.log_metrics({names.BATCH_SIZE: data.batch, names.LR: data.lr})
             self.writer.queue_tags({names.LR_TAG: data.lr_source})
-            log.info("job %s: batch %d, lr %.4g, %d train / %d test examples", self.name, data.batch, data.lr,
+            log.info("  batch %d, %s, %d train / %d test examples", data.batch, data.lr_source,
                      len(data.train), len(data.test))
             if self.resume_state is None:  # MLflow dataset inputs and example counts: a resumed run has them
                 inputs.log_job_data(self.writer, cfg.dataset, self.identity.get(names.DATA_TAG, "unknown"),
@@ -214,6 +214,7 @@ def run(cfg: DictConfig) -> str:
         raise UsageError("hydra.job.chdir=true runs each job in its own folder, so ./mlruns and ./checkpoints would "
                          "scatter per job: leave it false (paths are resolved from where sweeps starts)")
     name, choices, multirun = _hydra_context()
+    log.info(progress.job_line(name, HydraConfig.get().job.num + 1 if multirun else None))
     task = create(cfg)
     client, experiment_id = store.prepare(cfg, hold=signals.held)  # a new store is created whole
     signals.stop_if_received()  # a signal held while the store was created: raised now
@@ -224,7 +225,7 @@ def run(cfg: DictConfig) -> str:
     chash = ident.config_hash
     previous = identity.previous_run(client, experiment_id, ident, name) if cfg.resume else None
     if previous is not None and previous.data.tags.get(names.OUTCOME_TAG) in names.DONE:
-        log.info("job %s: already done in run %s (outcome %s): skipped; resume=false runs it again", name,
+        log.info("  already done in run %s (outcome %s): skipped; resume=false runs it again",
                  previous.info.run_id, previous.data.tags.get(names.OUTCOME_TAG))
         oc.note(names.SKIPPED)
         if multirun and parent_run.get("parent_run_id"):  # counted by the sweep from MLflow (jobs may run elsewhere)
@@ -263,6 +264,7 @@ def run(cfg: DictConfig) -> str:
         if job.writer is not None and job.outcome is None:
             job.__exit__(type(e), e, None)
         raise
+    progress.job_ended(time.perf_counter() - started_at)
     if not multirun and not job.writer.down:  # a sweep prints its summary once, at its end (sweeps.launch.cli.sweep)
         try:
             run = client.get_run(job.run_id)
@@ -270,4 +272,5 @@ def run(cfg: DictConfig) -> str:
             log.warning("job %s: no summary table (the store did not answer: %s)", name, describe(e))
         else:
             print_summary(client, [run])
+            print(progress.next_steps(str(cfg.mlflow.experiment), client.tracking_uri, experiment_id, None), flush=True)
     return job.outcome

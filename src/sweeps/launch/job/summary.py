@@ -20,7 +20,7 @@ def summary_row(run: Any) -> dict:
     m, tags = run.data.metrics, run.data.tags
     row = {"job": tags.get(names.OVERRIDES_TAG, run.info.run_name), "outcome": tags.get(names.OUTCOME_TAG, "?"),
            "error": tags.get(names.ERROR_TAG, ""), "first_s": m.get(names.FIRST_EPOCH_S),
-           "median_s": m.get(names.MEDIAN_EPOCH_S), "total_s": m.get(names.TOTAL_S),
+           "median_s": m.get(names.MEDIAN_EPOCH_S), "total_s": m.get(names.TOTAL_S), "job_s": m.get(names.JOB_S),
            "overhead_s": m.get(names.OVERHEAD_S), "overhead_frac": m.get(names.OVERHEAD_FRAC),
            "note": unreliable(m.get(names.EPOCH_P10_S), m.get(names.EPOCH_P90_S), m.get(names.OTHER_CPU_MEAN_PCT))}
     if names.FINAL_ACC in m:

@@ -8,11 +8,13 @@ import os
 from sweeps.state import current
 from sweeps.tracking.store import PARENT_RUN_ENV, SWEEP_URI_ENV, SWEPT_KEYS_ENV
 
-_ENV = {"parent_run_id": PARENT_RUN_ENV, "tracking_uri": SWEEP_URI_ENV, "swept_keys": SWEPT_KEYS_ENV}
+_ENV = {"parent_run_id": PARENT_RUN_ENV, "tracking_uri": SWEEP_URI_ENV, "swept_keys": SWEPT_KEYS_ENV,
+        "planned_jobs": "SWEEPS_PLANNED_JOBS"}  # the sweep's job count, for the console's [k/N]
 
 
 def get(key: str) -> str | None:
-    """The running sweep's ``parent_run_id``, ``tracking_uri`` or ``swept_keys`` (comma-separated):
+    """The running sweep's ``parent_run_id``, ``tracking_uri``, ``swept_keys`` (comma-separated) or
+    ``planned_jobs``:
     from this process's state, else — a job in a launcher's child process — from the environment
     the sweep's process exported; None outside a sweep."""
     value = current().sweep.get(key)
