@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from sweeps import names
 from sweeps.errors import UsageError, describe, signal_exception
 from sweeps.launch import launchers
-from sweeps.launch.cli.sweep_check import check_sweep
+from sweeps.launch.cli.sweep_check import check_sweep, planned_jobs
 from sweeps.launch.job import progress
 from sweeps.launch.job.summary import print_summary
 from sweeps.launch.process import outcome, parent_run, signals
@@ -106,10 +106,11 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
+            jobs = planned_jobs(config)  # counted from the overrides: the header comes before any job is composed
+            print(progress.header(jobs, _preset(config), str(config.mlflow.experiment), store.tracking_uri(config)),
+                  flush=True)
+            progress.begin_sweep(jobs)
             current().planned_jobs = check_sweep(config)  # every job's values, before the parent run opens and any job starts
-            print(progress.header(current().planned_jobs, _preset(config), str(config.mlflow.experiment),
-                                  store.tracking_uri(config)), flush=True)
-            progress.begin_sweep(current().planned_jobs)
             if not launchers.runs_jobs_in_this_process(config):  # a pool's, Slurm's: the store process would idle
                 store_processes.discard_spare()
             client, experiment_id = store.prepare(config, hold=signals.held)  # a new store is created whole

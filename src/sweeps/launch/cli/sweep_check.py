@@ -36,6 +36,12 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
+def planned_jobs(config: DictConfig) -> int:
+    """How many jobs the sweep ``config`` launches, from its overrides alone (nothing composed);
+    0 when the sweeper is not Hydra's basic one."""
+    return len(job_overrides(config)) if str(config.hydra.sweeper.get("_target_")) == BASIC_SWEEPER else 0
+
+
 def check_sweep(config: DictConfig) -> int:
     """Compose and check every job of the sweep ``config``; returns how many were checked (0 when
     the sweeper is not Hydra's basic one, whose jobs cannot be listed in advance).
