@@ -36,7 +36,7 @@ from sweeps.train.noise import HostLoad
 RECORD = {"train/loss": 0.5, "train/lr": 0.01, "time/epoch_s": 0.0007, "time/eval_s": 0.0, "time/elapsed_s": 1.0,
           "phase/sum_s": 0.0007, "phase/data_ms": 0.01, "phase/forward_ms": 0.2, "phase/backward_ms": 0.3,
           "phase/optimizer_ms": 0.1, "perf/samples_per_s": 1.4e6, "mem/epoch_peak_mb": 500.0,
-          "host/other_cpu_pct": 3.0, "samples": 1000, "steps": 1}
+          "system/host/other_cpu_pct": 3.0, "samples": 1000, "steps": 1}
 
 
 class _Queue:

@@ -22,8 +22,8 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
   series points (every 50 epochs at the preset), which a cost that grows with the epochs moves
   and a stall of a few seconds (this VM's speed drifts by tens of % within a minute) does not.
 - study 4 (``+experiment=mnist_devices device=cpu``: MLP 784-1000-1000-10, batch 100, Adam): the
-  MNIST test split of ../shared/data (10,000 real digits, used as both splits: the training split
-  is not on this machine) — median epoch vs a bare loop over the same tensors (target ≤ 1.05×),
+  MNIST test split the repo holds, examples/data (10,000 real digits, used as both splits: the
+  training split is not on this machine) — median epoch vs a bare loop over the same tensors (target ≤ 1.05×),
   and the job's wall vs the bare loop's work (its epochs and evaluations, mean of the runs before
   and after) + the job's own start-up (its data read included) (target ≤ 1.15×), ``--study4-epochs`` epochs
   (10); the bare loop runs before and after the job, and both per-epoch series are printed.
@@ -33,7 +33,7 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
 loops' tensors and model on the GPU, their clocks read after ``torch.cuda.synchronize()`` (CUDA
 runs asynchronously: the clock waits for the work, as the job's epoch clock does), after one
 unmeasured warm-up run of each hand loop in this process (CUDA context, cuBLAS handles, kernels).
-``--mnist-raw`` points at another copy of the MNIST t10k files (a machine without ../shared).
+``--mnist-raw`` points at another copy of the MNIST t10k files.
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ from sweeps.models import MLP
 from sweeps.tracking.env import fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
-MNIST_RAW = REPO.parent / "shared" / "data" / "mnist-t10k" / "raw"
+MNIST_RAW = REPO / "examples" / "data" / "mnist-t10k" / "raw"
 DEVICE = torch.device("cpu")  # --device: where the jobs and the hand loops run
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SWEEPS_", "HYDRA_"))}
 

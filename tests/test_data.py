@@ -2,7 +2,7 @@
 PNGs, scikit-learn's diabetes, synthetic tensors; and the loaders built on them.
 
 No network here: the CIFAR-10 and MNIST files are written in their published formats under
-tmp_path (the real MNIST test split is used where ../shared/data has it), and torchvision's own
+tmp_path (and the real MNIST test split the repo holds, examples/data), and torchvision's own
 readers load them.
 """
 from __future__ import annotations
@@ -28,9 +28,11 @@ from sweeps.data.builtin import CIFAR10_STATS, MNIST_STATS
 from sweeps.data.datasets import DataSpec, build_datasets
 
 from sweeps.errors import DataUnavailable, UsageError
+from sweeps.data import mnist_folder as mnist_folder_module
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("SWEEPS_SHARED_DATA", REPO.parent / "shared" / "data"))
+MNIST_RAW = REPO / "examples" / "data" / "mnist-t10k" / "raw"  # the published MNIST test split
+SHARED_DATA = Path(os.environ.get("SWEEPS_SHARED_DATA", REPO.parent / "shared" / "data"))  # where present
 
 
 def dataset_cfg(*overrides: str):
@@ -227,10 +229,7 @@ def test_mnist_hand_written_idx_files(tmp_path):
 
 @pytest.fixture(scope="module")
 def real_mnist_raw():
-    raw = SHARED_DATA / "mnist-t10k" / "raw"
-    if not (raw / "t10k-images-idx3-ubyte.gz").is_file():
-        pytest.skip(f"real MNIST test split not at {raw}")
-    return {kind: gzip.decompress((raw / f"t10k-{kind}-ubyte.gz").read_bytes()) for kind in ("images-idx3", "labels-idx1")}
+    return {kind: gzip.decompress((MNIST_RAW / f"t10k-{kind}-ubyte.gz").read_bytes()) for kind in ("images-idx3", "labels-idx1")}
 
 
 def test_mnist_real_test_split(tmp_path, real_mnist_raw):
@@ -341,17 +340,54 @@ def test_imagefolder_val_classes_must_match_train(tmp_path):
     assert "dataset.root" in msg and "bird" in msg
 
 
-def test_imagefolder_real_mnist_folder():
-    """The shared 10k MNIST ImageFolder: 8,000 train / 2,000 val, 10 classes, 1×28×28."""
-    root = SHARED_DATA / "mnist-10k-imagefolder"
-    if not (root / "train").is_dir():
-        pytest.skip(f"shared MNIST ImageFolder not at {root}")
-    train, test, spec = build_datasets(_folder_cfg(root), seed=0)
+def test_mnist10k_reads_the_repos_digits_as_an_image_folder(mnist_folder):
+    """dataset=mnist10k: the repo's 10k MNIST digits as an ImageFolder, 8,000 train / 2,000 val,
+    10 classes, 1×28×28, each PNG the idx file's image."""
+    train, test, spec = build_datasets(dataset_cfg("dataset=mnist10k", f"dataset.folder='{mnist_folder}'"), seed=0)
     assert spec == DataSpec((1, 28, 28), 10)
     assert (len(train), len(test)) == (8_000, 2_000)
     assert train.classes == [str(d) for d in range(10)]
-    x, y = test[0]
-    assert x.shape == (1, 28, 28) and y == 0
+    images, labels = mnist_folder_module.read_idx(MNIST_RAW)
+    path, y = test.samples[0]
+    index = int(Path(path).stem)
+    assert y == labels[index]
+    np.testing.assert_array_equal(np.array(Image.open(path)), images[index])
+    x, _ = test[0]
+    assert x.shape == (1, 28, 28)
+
+
+def test_mnist10k_without_its_idx_files_is_unavailable_in_one_line(tmp_path):
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(b"not mnist"))
+    (tmp_path / "raw" / "t10k-labels-idx1-ubyte.gz").write_bytes((MNIST_RAW / "t10k-labels-idx1-ubyte.gz").read_bytes())
+    with pytest.raises(DataUnavailable) as e:
+        build_datasets(dataset_cfg("dataset=mnist10k", f"dataset.root='{tmp_path}'"), seed=0)
+    assert "t10k-images-idx3-ubyte.gz" in one_line(e) and "md5" in one_line(e)
+    (tmp_path / "raw" / "t10k-images-idx3-ubyte.gz").unlink()
+    with pytest.raises(DataUnavailable) as e:
+        build_datasets(dataset_cfg("dataset=mnist10k", f"dataset.root='{tmp_path}'"), seed=0)
+    assert "no t10k-images-idx3-ubyte.gz" in one_line(e)
+    assert not (tmp_path / "imagefolder").exists()
+
+
+@pytest.mark.slow  # writes the 10,000 PNGs (~10 s of CPU)
+def test_the_written_mnist_folder_is_the_published_split(tmp_path):
+    """mnist_folder.ensure writes the layout ../shared/data/mnist-10k-imagefolder has (the same
+    files and pixels, where that copy is present) and leaves a written folder as it is."""
+    out = mnist_folder_module.ensure(MNIST_RAW, tmp_path / "mnist")
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.png"))
+    assert len(files) == 10_000 and sum(f.startswith("train/") for f in files) == 8_000
+    assert [p.name for p in tmp_path.iterdir()] == ["mnist"]  # no working folder left beside it
+    images, labels = mnist_folder_module.read_idx(MNIST_RAW)
+    for f in files[::997]:
+        split, digit, name = f.split("/")
+        assert int(digit) == labels[int(name[:-4])]
+        np.testing.assert_array_equal(np.array(Image.open(out / f)), images[int(name[:-4])])
+    shared = SHARED_DATA / "mnist-10k-imagefolder"
+    if shared.is_dir():
+        assert files == sorted(p.relative_to(shared).as_posix() for p in shared.rglob("*.png"))
+    stamp = (out / files[0]).stat().st_mtime_ns
+    assert mnist_folder_module.ensure(MNIST_RAW, out) == out and (out / files[0]).stat().st_mtime_ns == stamp
 
 
 # --------------------------------------------------------------------------- diabetes

@@ -1,6 +1,8 @@
 """The MLflow 3 UI on a sweep's store, in a real browser: a real `mlflow server` on the store two
 small sweeps wrote (an oom and two unavailable jobs among them), opened in headless Chromium
-through Playwright at the README's URL. With SWEEPS_UPDATE_SCREENSHOT=1 it saves the README's screenshot, docs/mlflow_runs.png.
+through Playwright at the README's URL; then a job's run page, whose Model metrics tab holds the
+training and no host or GPU figure, and whose System metrics tab holds those. With
+SWEEPS_UPDATE_SCREENSHOT=1 it saves the README's screenshot, docs/mlflow_runs.png.
 
 Needs `pip install playwright` (the dev extra) and Debian's Chromium (`apt-get install -y
 chromium`; the test installs it when it runs as root and it is missing — Playwright's own
@@ -125,9 +127,8 @@ def test_the_run_table_shows_names_outcomes_inputs_and_the_sweep_description(tmp
             expect(page.get_by_text("python -m sweeps -m model=oom_above batch=16,64").first).to_be_visible(timeout=UI_WAIT_MS)
             expect(page.get_by_text("4 job(s): 1 ok, 1 oom, 2 unavailable").first).to_be_visible(timeout=UI_WAIT_MS)
             ok = next(j for j in jobs if j.data.tags["outcome"] == "ok")
-            page.goto(f"{uri}/#/experiments/{exp_id}/runs/{ok.info.run_id}")  # host telemetry as MLflow's own
-            page.get_by_text("System metrics", exact=True).first.click()
-            expect(page.get_by_text("cpu_utilization_percentage").first).to_be_visible(timeout=UI_WAIT_MS)
+            page.goto(f"{uri}/#/experiments/{exp_id}/runs/{ok.info.run_id}")
+            _metric_tabs(page)
             browser.close()
         if os.environ.get("SWEEPS_UPDATE_SCREENSHOT"):  # the README's picture, only when asked for
             SCREENSHOT.parent.mkdir(exist_ok=True)
@@ -148,3 +149,34 @@ def _widen_run_names(page) -> None:
     for dx in range(10, 140, 10):
         page.mouse.move(x + dx, y)
     page.mouse.up()
+
+
+def _sections(page, expected: str) -> dict[str, int]:
+    """The open tab's chart sections, name → chart count ("train (3)"), once ``expected`` is
+    among them (or UI_WAIT_MS passed)."""
+    deadline = time.monotonic() + UI_WAIT_MS / 1000
+    while True:
+        text = page.locator("main").inner_text()
+        found = {m[0]: int(m[1]) for m in re.findall(r"^([a-z0-9_/]+)\s*\((\d+)\)\s*$", text, re.M)}
+        if expected in found or time.monotonic() > deadline:
+            return found
+        page.wait_for_timeout(500)
+
+
+def _metric_tabs(page) -> None:
+    """A job's Model metrics tab: sections of the training only (MLflow orders them by name),
+    no host or GPU figure; its System metrics tab: the machine's figures, sweeps' own
+    (system/host/...) and those under MLflow's names (its section "System metrics")."""
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Model metrics").click()
+    model = _sections(page, "train")
+    assert {"train", "test", "time"} <= set(model), model
+    assert not any(s.startswith(("system", "host", "gpu")) for s in model), model
+    page.get_by_role("tab", name="System metrics").click()
+    system = _sections(page, "system/host")
+    assert system.get("system/host", 0) >= 4, system  # cpu_pct, other_cpu_pct, rss_max_mb, sys_mem_used_max_mb
+    search = page.get_by_role("searchbox", name="Search metric charts")  # charts draw only once scrolled to
+    for chart in ("rss_max_mb", "cpu_utilization_percentage"):  # sweeps' own, then one under MLflow's name
+        search.fill(chart)
+        expect(page.get_by_text(chart).first).to_be_visible(timeout=UI_WAIT_MS)

@@ -9,7 +9,7 @@ from pathlib import Path
 from sweeps import names
 
 REPO = Path(__file__).resolve().parents[1]
-METRIC = re.compile(r"`((?:time|train|test|phase|perf|mem|gpu|host|energy|infer|max_batch|model|system|target)/[a-z0-9_]+)`")
+METRIC = re.compile(r"`((?:time|train|test|phase|perf|mem|energy|infer|max_batch|model|system|target)(?:/[a-z0-9_]+)+)`")
 
 
 def test_readme_lists_exactly_the_metrics_of_the_names_module():
@@ -20,6 +20,22 @@ def test_readme_lists_exactly_the_metrics_of_the_names_module():
         "the names module has metrics the README does not document"
     for plain in (names.BATCH_SIZE, names.LR, names.WORLD_SIZE):
         assert f"`{plain}`" in readme
+
+
+def test_machine_figures_sit_where_mlflows_ui_shows_system_metrics():
+    """MLflow's run page shows the metrics under its system-metric prefix in the "System metrics"
+    tab and every other in "Model metrics": the host and GPU figures go to the first, so the second
+    opens on the training (loss, accuracy, time)."""
+    import inspect
+
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+    assert re.search(r'_metrics_prefix = "([^"]+)"', inspect.getsource(SystemMetricsMonitor)).group(1) \
+        == names.SYSTEM_PREFIX
+    machine = {*names.TELEMETRY_EPOCH_METRICS, *names.SYSTEM_METRICS, names.OTHER_CPU_PCT, names.OTHER_CPU_MEAN_PCT}
+    assert {m for m in names.ALL_METRICS if m.startswith(names.SYSTEM_PREFIX)} == machine
+    assert not any(m.startswith(("host/", "gpu/")) for m in names.ALL_METRICS)
+    assert set(names.FORMER_NAMES.values()) == {m.removeprefix("system/") for m in machine - {*names.SYSTEM_METRICS}}
 
 
 def test_readme_lists_every_outcome():

@@ -57,7 +57,7 @@ def test_timing_methods_is_resnet50_inference_at_batch_128():
 
 
 @pytest.mark.slow  # the install check, every model and dataset family: ~40 s here
-def test_smoke_preset_runs_every_family(tmp_path, shared_data):
+def test_smoke_preset_runs_every_family(tmp_path):
     proc = run_cli(["-m", "+experiment=smoke"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = {r.data.tags["sweeps.overrides"]: r for r in runs(tmp_path, "smoke") if "mlflow.parentRunId" in r.data.tags}

@@ -35,12 +35,11 @@ def test_diabetes_regression_full_batch_and_minibatch(tmp_path):
 
 
 @pytest.mark.slow
-def test_offline_mnist_preset(tmp_path, shared_data, monkeypatch):
+def test_offline_mnist_preset(tmp_path, mnist_folder, monkeypatch):
     """The README's offline example: mlp and cnn10_narrow at batch 64 and 256, 2 epochs on the CPU,
     on 8,000 real digits (~1.5 min); every job reaches the preset's target (90% test accuracy), timed
     within the job, and the report's reference table has the time-to-target column and figure."""
-    proc = run_cli(["-m", "+experiment=offline_mnist",
-                    f"dataset.root={shared_data / 'mnist-10k-imagefolder'}"], tmp_path, timeout=1800)
+    proc = run_cli(["-m", "+experiment=offline_mnist", f"dataset.folder={mnist_folder}"], tmp_path, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     from sweeps.tracking.naming import parse_overrides
 
@@ -51,7 +50,7 @@ def test_offline_mnist_preset(tmp_path, shared_data, monkeypatch):
     assert set(jobs) == {(m, b) for m in ("mlp", "cnn10_narrow") for b in ("64", "256")}, set(jobs)
     for (model, _), job in jobs.items():
         assert job.data.tags["outcome"] == "ok" and job.data.metrics["test/final_acc"] >= 0.90
-        assert job.data.params["dataset.channels"] == "None"  # auto-detected: grayscale → 1 channel
+        assert job.data.params[names.INPUT_SHAPE] == "1x28x28"  # grayscale PNGs: one channel
         if model == "mlp":
             assert job.data.metrics["model/params"] == 784 * 1000 + 1000 + 1000 * 1000 + 1000 + 1000 * 10 + 10
         assert job.data.tags[names.TARGET_TAG] == "reached"

@@ -145,15 +145,15 @@ def test_host_telemetry_is_also_a_system_metric(store_of_two_sweeps):
     ok = next(j for j in jobs if j.data.tags["outcome"] == "ok")
     m = ok.data.metrics
     assert 0 <= m[names.SYSTEM_CPU_PCT] <= 100
-    assert m[names.SYSTEM_MEM_MB] == pytest.approx(m["host/sys_mem_used_max_mb"] * 2**20 / 1e6, rel=0.5)
+    assert m[names.SYSTEM_MEM_MB] == pytest.approx(m["system/host/sys_mem_used_max_mb"] * 2**20 / 1e6, rel=0.5)
 
 
 def test_gpu_telemetry_is_also_a_system_metric_in_mlflow_units():
     clock = Clock()
     _, m = _script(FakeNVML(clock), clock)  # one epoch with two GPU samples (tests/test_telemetry.py)
-    assert m["system/gpu_0_utilization_percentage"] == pytest.approx(m["gpu/util_pct"])
-    assert m["system/gpu_0_power_usage_watts"] == pytest.approx(m["gpu/power_w"])
-    assert 0 < m["system/gpu_0_memory_usage_megabytes"] <= m["gpu/mem_used_max_mb"] * 2**20 / 1e6
+    assert m["system/gpu_0_utilization_percentage"] == pytest.approx(m["system/gpu/util_pct"])
+    assert m["system/gpu_0_power_usage_watts"] == pytest.approx(m["system/gpu/power_w"])
+    assert 0 < m["system/gpu_0_memory_usage_megabytes"] <= m["system/gpu/mem_used_max_mb"] * 2**20 / 1e6
 
 
 def test_swept_values_beyond_model_batch_device_are_named_compactly():

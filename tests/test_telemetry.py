@@ -46,15 +46,15 @@ def test_epoch_summaries_and_energy_from_the_counter():
     fake = FakeNVML(clock)
     tel, m = _script(fake, clock)
     # window t = 1..4: means of levels are time-weighted, rates skip the window's first sample
-    assert m["gpu/sm_clock_mhz"] == pytest.approx(1250)  # 1000 + 100 t, mean over [1, 4]
-    assert m["gpu/mem_clock_mhz"] == pytest.approx(1215)
-    assert m["gpu/util_pct"] == pytest.approx(30)  # samples at t = 2, 3, 4: 20, 30, 40 %
-    assert m["gpu/power_w"] == pytest.approx(450)  # 200 + 100 t
-    assert m["gpu/temp_max_c"] == 44 and m["gpu/mem_used_max_mb"] == pytest.approx(1400)
-    assert m["gpu/fan_pct"] == 30
-    assert m["gpu/throttle_frac"] == pytest.approx(0.25)  # sw_power_cap at t = 3 only
-    assert m["gpu/energy_j"] == pytest.approx(200 * 3 + 50 * (16 - 1), abs=1e-3)  # counter e(4) - e(1)
-    assert {"host/cpu_pct", "host/rss_max_mb", "host/sys_mem_used_max_mb"} <= set(m)
+    assert m["system/gpu/sm_clock_mhz"] == pytest.approx(1250)  # 1000 + 100 t, mean over [1, 4]
+    assert m["system/gpu/mem_clock_mhz"] == pytest.approx(1215)
+    assert m["system/gpu/util_pct"] == pytest.approx(30)  # samples at t = 2, 3, 4: 20, 30, 40 %
+    assert m["system/gpu/power_w"] == pytest.approx(450)  # 200 + 100 t
+    assert m["system/gpu/temp_max_c"] == 44 and m["system/gpu/mem_used_max_mb"] == pytest.approx(1400)
+    assert m["system/gpu/fan_pct"] == 30
+    assert m["system/gpu/throttle_frac"] == pytest.approx(0.25)  # sw_power_cap at t = 3 only
+    assert m["system/gpu/energy_j"] == pytest.approx(200 * 3 + 50 * (16 - 1), abs=1e-3)  # counter e(4) - e(1)
+    assert {"system/host/cpu_pct", "system/host/rss_max_mb", "system/host/sys_mem_used_max_mb"} <= set(m)
     s = tel.summary(train_samples=100)
     assert s["energy/total_j"] == pytest.approx(200 * 5 + 50 * 25, abs=1e-3)  # start (t=0) to stop (t=5)
     assert s["energy/train_j"] == pytest.approx(1350, abs=1e-3)
@@ -70,7 +70,7 @@ def test_energy_by_power_integration_where_the_counter_is_not_supported():
     clock = Clock()
     fake = FakeNVML(clock, unsupported={"nvmlDeviceGetTotalEnergyConsumption"})
     tel, m = _script(fake, clock)
-    assert m["gpu/energy_j"] == pytest.approx(1350)  # ∫ (200 + 100 t) dt over [1, 4]: trapezoids are exact
+    assert m["system/gpu/energy_j"] == pytest.approx(1350)  # ∫ (200 + 100 t) dt over [1, 4]: trapezoids are exact
     assert tel.summary(100)["energy/total_j"] == pytest.approx(2250)
     assert tel.tags()["telemetry.energy_method"] == "power_integration"
     assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 1  # asked once, then left out
@@ -81,7 +81,7 @@ def test_a_field_the_gpu_does_not_support_is_left_out_and_a_transient_error_skip
     fake = FakeNVML(clock, unsupported={"nvmlDeviceGetFanSpeed"})
     fake.fail_next["nvmlDeviceGetPowerUsage"] = pynvml.NVMLError_Unknown()  # the start sample's power
     tel, m = _script(fake, clock)
-    assert "gpu/fan_pct" not in m and m["gpu/power_w"] == pytest.approx(450)
+    assert "system/gpu/fan_pct" not in m and m["system/gpu/power_w"] == pytest.approx(450)
     assert fake.calls["nvmlDeviceGetFanSpeed"] == 1
     assert "not supported: gpu0 fan_pct" in tel.tags()["telemetry"]
     table = list(csv.DictReader(io.StringIO(tel.csv())))
@@ -91,8 +91,8 @@ def test_a_field_the_gpu_does_not_support_is_left_out_and_a_transient_error_skip
 def test_several_gpus_add_power_and_energy_and_report_the_hottest():
     clock = Clock()
     tel, m = _script(FakeNVML(clock, gpus=2), clock, gpus=("GPU-fake-0", "GPU-fake-1"))
-    assert m["gpu/power_w"] == pytest.approx(900) and m["gpu/energy_j"] == pytest.approx(2700, abs=1e-3)
-    assert m["gpu/temp_max_c"] == 45 and m["gpu/util_pct"] == pytest.approx(30)
+    assert m["system/gpu/power_w"] == pytest.approx(900) and m["system/gpu/energy_j"] == pytest.approx(2700, abs=1e-3)
+    assert m["system/gpu/temp_max_c"] == 45 and m["system/gpu/util_pct"] == pytest.approx(30)
 
 
 def test_csv_has_one_row_per_sample_with_epoch_edges():
@@ -126,7 +126,7 @@ def test_no_library_turns_gpu_telemetry_off_with_the_reason():
     tel.epoch_start(1)
     m = tel.epoch_end(1)
     tel.stop()
-    assert not tel.handles and not any(k.startswith("gpu/") for k in m) and "host/rss_max_mb" in m
+    assert not tel.handles and not any(k.startswith("system/gpu/") for k in m) and "system/host/rss_max_mb" in m
     assert tel.summary(10) == {}
     assert tel.tags() == {"telemetry": "host only (psutil, every 1000 s); GPU off: no NVML "
                                        "(NVMLError_LibraryNotFound: NVML Shared Library Not Found)"}
@@ -173,7 +173,7 @@ def test_a_cuda_job_samples_its_gpu_through_the_module_telemetry_imports(monkeyp
     tel.epoch_start(1)
     m = tel.epoch_end(1)
     tel.stop()
-    assert tel.names == ["Fake GPU 0"] and "gpu/energy_j" in m and "gpu/power_w" in m
+    assert tel.names == ["Fake GPU 0"] and "system/gpu/energy_j" in m and "system/gpu/power_w" in m
     assert fake.open == 0
 
 
@@ -231,10 +231,10 @@ def test_cli_jobs_log_host_telemetry_and_say_why_gpu_is_off(cli_sweep):
     # a machine's trait, said once per sweep (every job's run keeps it in its tag)
     assert proc.stdout.count("telemetry: host only") + proc.stderr.count("telemetry: host only") == 1
     assert all(r.data.tags["telemetry"] == ok.data.tags["telemetry"] for r in jobs.values())
-    for key in ("host/cpu_pct", "host/rss_max_mb", "host/sys_mem_used_max_mb"):
+    for key in ("system/host/cpu_pct", "system/host/rss_max_mb", "system/host/sys_mem_used_max_mb"):
         # epoch 1 always has its edge samples; epoch 2 (a few ms) only if 50 ms passed since the last
         assert 1 in [m.step for m in client.get_metric_history(ok.info.run_id, key)], key
-    assert not any(k.startswith(("gpu/", "energy/")) for k in ok.data.metrics)
+    assert not any(k.startswith(("system/gpu/", "energy/")) for k in ok.data.metrics)
     fp = json.loads(open(client.download_artifacts(ok.info.run_id, "fingerprint.json", str(cwd))).read())
     # the machine's GPUs, whatever device the job ran on (an H100 machine listed its one)
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -275,18 +275,18 @@ def test_epochs_shorter_than_the_edge_gap_skip_their_edge_samples_and_energy():
     clock.t = 1
     tel.epoch_start(1)
     clock.t = 2
-    assert "gpu/energy_j" in tel.epoch_end(1)
+    assert "system/gpu/energy_j" in tel.epoch_end(1)
     clock.t += EDGE_GAP_S / 10  # a short evaluation
     tel.epoch_start(2)  # after a 1-s epoch: edges, however soon
     clock.t += EDGE_GAP_S / 10
-    assert "gpu/energy_j" in tel.epoch_end(2)
+    assert "system/gpu/energy_j" in tel.epoch_end(2)
     tel.epoch_start(3)  # right after a short epoch's end sample: no edge
     clock.t += EDGE_GAP_S / 10
-    assert "gpu/energy_j" not in tel.epoch_end(3)
+    assert "system/gpu/energy_j" not in tel.epoch_end(3)
     clock.t += 1
     tel.epoch_start(4)  # a second later: edges again
     clock.t += 1
-    assert "gpu/energy_j" in tel.epoch_end(4)
+    assert "system/gpu/energy_j" in tel.epoch_end(4)
     tel.stop()
     assert [w.exact for w in tel.windows] == [True, True, False, True]
     assert sum(1 for r in tel.rows if r[3] in ("epoch_start", "epoch_end")) == 6
@@ -310,7 +310,7 @@ def test_short_epochs_on_the_host_alone_take_no_edge_samples_after_the_first():
             tel.sample()  # the sampler thread's row, inside epoch 150
             clock.t += 0.001
         metrics = tel.epoch_end(epoch)
-        assert ("host/cpu_pct" in metrics) == (epoch in (1, 150)), epoch
+        assert ("system/host/cpu_pct" in metrics) == (epoch in (1, 150)), epoch
     assert clock.t > 5 * EDGE_GAP_S  # the last sample grew older than the edge gap many times over
     tel.epoch_start(301)  # a long epoch: the next one gets its edges
     clock.t += 2 * EDGE_GAP_S
@@ -336,7 +336,7 @@ def test_a_job_of_long_epochs_with_short_evaluations_between_them_has_its_traini
         clock.t += EDGE_GAP_S / 20  # evaluation
         tel.epoch_start(epoch)
         clock.t += 0.5
-        per_epoch.append(tel.epoch_end(epoch)["gpu/energy_j"])
+        per_epoch.append(tel.epoch_end(epoch)["system/gpu/energy_j"])
     tel.stop()
     assert tel.summary(300)["energy/train_j"] == pytest.approx(sum(per_epoch))
     assert all(w.exact for w in tel.windows)
@@ -371,7 +371,7 @@ def test_where_the_energy_read_takes_ms_edge_samples_stay_within_two_percent_of_
         clock.t += EDGE_GAP_S / 10  # a short evaluation
         tel.epoch_start(502)
         clock.t += 2 * tel.edge_gap_s()
-        assert "gpu/energy_j" in tel.epoch_end(502)
+        assert "system/gpu/energy_j" in tel.epoch_end(502)
     tel.stop()
     notes = [r.getMessage() for r in caplog.records if "epoch-edge sample takes" in r.getMessage()]
     assert len(notes) == 1 and "3.6 ms" in notes[0] and "0.36 s" in notes[0], notes
@@ -392,7 +392,7 @@ def test_with_a_fast_energy_read_the_edge_gap_stays_at_its_floor_through_a_stall
         fake.energy_read_s = 0.04 if epoch == 3 else 20e-6  # epoch 3's start edge stalls
         tel.epoch_start(epoch)
         clock.t += EDGE_GAP_S
-        assert "gpu/energy_j" in tel.epoch_end(epoch), epoch
+        assert "system/gpu/energy_j" in tel.epoch_end(epoch), epoch
         assert tel.edge_gap_s() == EDGE_GAP_S, epoch
         clock.t += EDGE_GAP_S / 10
     tel.stop()

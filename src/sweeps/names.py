@@ -137,7 +137,7 @@ TIMESTAMP_MS = "timestamp_ms"
 SAMPLES_PER_S = "perf/samples_per_s"
 FLOPS_PER_S, MFU = "perf/flops_per_s", "perf/mfu"
 EPOCH_PEAK_MB = "mem/epoch_peak_mb"
-OTHER_CPU_PCT = "host/other_cpu_pct"  # other processes' share of all cores during the training pass
+OTHER_CPU_PCT = "system/host/other_cpu_pct"  # other processes' share of all cores during the training pass
 
 
 def phase_ms(phase: str) -> str:
@@ -153,11 +153,16 @@ def phase_max_ms(phase: str) -> str:
 EPOCH_METRICS = (EPOCH_S, EVAL_S, ELAPSED_S, TRAIN_LOSS, TRAIN_ACC, TRAIN_LR, TEST_LOSS, TEST_ACC, TEST_RMSE,
                  PHASE_SUM_S, *map(phase_ms, PHASES), SAMPLES_PER_S, FLOPS_PER_S, MFU, EPOCH_PEAK_MB, OTHER_CPU_PCT)
 DDP_EPOCH_METRICS = tuple(map(phase_max_ms, PHASES))
-# the telemetry sampler's, per training pass (sweeps.telemetry.stats)
-GPU_SM_CLOCK_MHZ, GPU_MEM_CLOCK_MHZ, GPU_UTIL_PCT = "gpu/sm_clock_mhz", "gpu/mem_clock_mhz", "gpu/util_pct"
-GPU_MEM_USED_MAX_MB, GPU_TEMP_MAX_C, GPU_POWER_W = "gpu/mem_used_max_mb", "gpu/temp_max_c", "gpu/power_w"
-GPU_FAN_PCT, GPU_THROTTLE_FRAC, GPU_ENERGY_J = "gpu/fan_pct", "gpu/throttle_frac", "gpu/energy_j"
-HOST_CPU_PCT, HOST_RSS_MAX_MB, HOST_SYS_MEM_USED_MAX_MB = "host/cpu_pct", "host/rss_max_mb", "host/sys_mem_used_max_mb"
+# the telemetry sampler's, per training pass (sweeps.telemetry.stats). Machine figures sit under
+# MLflow's system-metric prefix (SYSTEM_PREFIX): the run page's "System metrics" tab shows them, and
+# its "Model metrics" tab keeps to the training (loss, accuracy, time, throughput).
+SYSTEM_PREFIX = "system/"  # mlflow.system_metrics.system_metrics_monitor: the UI's filter for that tab
+GPU_SM_CLOCK_MHZ, GPU_MEM_CLOCK_MHZ = "system/gpu/sm_clock_mhz", "system/gpu/mem_clock_mhz"
+GPU_UTIL_PCT, GPU_MEM_USED_MAX_MB = "system/gpu/util_pct", "system/gpu/mem_used_max_mb"
+GPU_TEMP_MAX_C, GPU_POWER_W, GPU_FAN_PCT = "system/gpu/temp_max_c", "system/gpu/power_w", "system/gpu/fan_pct"
+GPU_THROTTLE_FRAC, GPU_ENERGY_J = "system/gpu/throttle_frac", "system/gpu/energy_j"
+HOST_CPU_PCT, HOST_RSS_MAX_MB = "system/host/cpu_pct", "system/host/rss_max_mb"
+HOST_SYS_MEM_USED_MAX_MB = "system/host/sys_mem_used_max_mb"
 TELEMETRY_EPOCH_METRICS = (GPU_SM_CLOCK_MHZ, GPU_MEM_CLOCK_MHZ, GPU_UTIL_PCT, GPU_MEM_USED_MAX_MB, GPU_TEMP_MAX_C,
                            GPU_POWER_W, GPU_FAN_PCT, GPU_THROTTLE_FRAC, GPU_ENERGY_J, HOST_CPU_PCT, HOST_RSS_MAX_MB,
                            HOST_SYS_MEM_USED_MAX_MB)
@@ -167,7 +172,7 @@ FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S = "time/first_epoch_s", "time/median_epoc
 COMPILE_S, WARMUP_S = "time/compile_s", "time/warmup_s"
 JOB_S, OVERHEAD_S, OVERHEAD_FRAC = "time/job_s", "time/overhead_s", "time/overhead_frac"  # sweeps' own cost
 EPOCH_P10_S, EPOCH_P90_S, EPOCH_MAD_S = "time/epoch_p10_s", "time/epoch_p90_s", "time/epoch_mad_s"  # epochs 2+
-OTHER_CPU_MEAN_PCT = "host/other_cpu_mean_pct"  # mean of host/other_cpu_pct over epochs 2+
+OTHER_CPU_MEAN_PCT = "system/host/other_cpu_mean_pct"  # mean of system/host/other_cpu_pct over epochs 2+
 FINAL_ACC, FINAL_RMSE = "test/final_acc", "test/final_rmse"
 PEAK_MB = "mem/peak_mb"
 BATCH_SIZE, LR = "batch_size", "lr"  # numeric copies of the knobs people sort by (params are text)
@@ -201,3 +206,8 @@ REPORT_METRICS = (SCALING_EFFICIENCY,)  # computed by the report, not logged by 
 
 ALL_METRICS = frozenset((*EPOCH_METRICS, *DDP_EPOCH_METRICS, *TELEMETRY_EPOCH_METRICS, *SUMMARY_METRICS,
                          *SERIES_METRICS, *REPORT_METRICS, *SYSTEM_METRICS))
+
+# Names the machine figures had before they moved under SYSTEM_PREFIX ("host/cpu_pct" is now
+# "system/host/cpu_pct"): the report reads runs logged under either (sweeps.report.runs).
+FORMER_NAMES = {name: name.removeprefix(SYSTEM_PREFIX)
+                for name in (*TELEMETRY_EPOCH_METRICS, OTHER_CPU_PCT, OTHER_CPU_MEAN_PCT)}

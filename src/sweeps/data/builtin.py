@@ -118,6 +118,25 @@ def imagefolder(root: str, augment: bool = False, channels: int | None = None, i
 imagefolder.reads = ("train", "val")
 
 
+def mnist10k(root: str, folder: str | None = None, augment: bool = False, seed: int = 0):
+    """MNIST's 10,000 test digits from the idx files in ``<root>/raw`` (the repo ships them in
+    ``examples/data/mnist-t10k``) as an ImageFolder: 8,000 train / 2,000 val images ``(1, 28, 28)``,
+    10 classes. The PNGs are written once to ``folder`` (None: ``<root>/imagefolder``) by
+    :func:`sweeps.data.mnist_folder.ensure`, then read as :func:`imagefolder` reads any folder.
+
+    Raises:
+        DataUnavailable: the idx files are missing or altered, or the folder cannot be written.
+    """
+    from sweeps.data import mnist_folder
+
+    base = Path(root).expanduser()
+    out = mnist_folder.ensure(base / "raw", Path(folder).expanduser() if folder else base / "imagefolder")
+    return imagefolder(str(out), augment=augment, channels=1, seed=seed)
+
+
+mnist10k.reads = ("raw",)  # the PNGs are made from these: the idx files are the data's identity
+
+
 def _estimate_stats(folder, extra: list, seed: int, n: int = 500):
     """Per-channel mean and std over a seeded sample of ≤ ``n`` training images of ``folder``
     (a torchvision ImageFolder)."""

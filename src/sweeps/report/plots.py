@@ -99,7 +99,7 @@ def inference_by_method(jobs: list[JobRecord], path: Path) -> Path | None:
 
 def per_epoch(jobs: list[JobRecord], history: Callable[[str, str], list], metric: str, ylabel: str,
               path: Path) -> Path | None:
-    """A per-epoch metric (e.g. ``gpu/energy_j``) over epochs, one line per job that logged it."""
+    """A per-epoch metric (e.g. ``system/gpu/energy_j``) over epochs, one line per job that logged it."""
     series = {j.label(): history(j.run_id, metric) for j in jobs if metric in j.metrics}
     series = {k: v for k, v in series.items() if v}
     if not series:

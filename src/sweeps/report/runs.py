@@ -104,10 +104,12 @@ def find_sweep(client: MlflowClient, experiment: str | None = None, run_id: str 
 
 def job_from_run(run) -> JobRecord:
     """A job run (an MLflow ``Run``) as the report sees it."""
-    tags = run.data.tags
+    tags, metrics = run.data.tags, dict(run.data.metrics)
+    for name, former in names.FORMER_NAMES.items():  # a run logged before the machine figures moved
+        if name not in metrics and former in metrics:
+            metrics[name] = metrics[former]
     return JobRecord(run.info.run_id, run.info.run_name, tags.get(names.OUTCOME_TAG, "?"), tags.get(names.ERROR_TAG, ""),
-               dict(parse_overrides(tags.get(names.OVERRIDES_TAG, ""))), dict(run.data.params), dict(run.data.metrics),
-               dict(tags))
+               dict(parse_overrides(tags.get(names.OVERRIDES_TAG, ""))), dict(run.data.params), metrics, dict(tags))
 
 
 def load_jobs(client: MlflowClient, parent) -> list[JobRecord]:
@@ -124,8 +126,11 @@ def varied_keys(jobs: list[JobRecord]) -> list[str]:
 
 
 def history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
-    """``[(step, value)]`` of a metric, by step."""
-    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+    """``[(step, value)]`` of a metric, by step (under its former name where the run predates it)."""
+    found = client.get_metric_history(run_id, key)
+    if not found and key in names.FORMER_NAMES:
+        found = client.get_metric_history(run_id, names.FORMER_NAMES[key])
+    return sorted((m.step, m.value) for m in found)
 
 
 # Params that change how much memory a training step needs (the batch aside), and the machine.

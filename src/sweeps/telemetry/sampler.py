@@ -243,7 +243,7 @@ class Telemetry:
                        f"at most every {self.edge_gap_s():.2f} s; epochs shorter than that have no energy figure")
 
     def epoch_end(self, epoch: int) -> dict[str, float]:
-        """Close the epoch (device synchronized); its summary metrics (``gpu/…``, ``host/…``)."""
+        """Close the epoch (device synchronized); its summary metrics (``system/gpu/…``, ``system/host/…``)."""
         if self._open is None or self._open.epoch != epoch or self._stopped:
             return {}
         with self._lock:
@@ -269,7 +269,7 @@ class Telemetry:
     # results ---------------------------------------------------------------------------------
     def summary(self, train_samples: int = 0) -> dict[str, float]:
         """Job-level ``energy/total_j`` (all GPUs, start to stop: setup, training and evaluation),
-        ``energy/train_j`` (Σ of the epochs' ``gpu/energy_j``) and ``energy/j_per_sample``
+        ``energy/train_j`` (Σ of the epochs' ``system/gpu/energy_j``) and ``energy/j_per_sample``
         (``energy/train_j`` ÷ ``train_samples``, the training examples of those epochs)."""
         if not self.handles or not self.rows:
             return {}

@@ -91,9 +91,9 @@ def statistic(pts: Sequence[tuple], how: str) -> float:
 
 
 def epoch_metrics(rows: Sequence[tuple], columns: Sequence[str], gpus: int) -> dict[str, float]:
-    """The ``host/…`` and (with ``gpus`` > 0) ``gpu/…`` metrics of one window, and their
-    ``system/…`` copies, see the tables above; a metric whose field no sample of the window has
-    is left out."""
+    """The ``system/host/…`` and (with ``gpus`` > 0) ``system/gpu/…`` metrics of one window, and
+    their copies under MLflow's own names, see the tables above; a metric whose field no sample of
+    the window has is left out."""
     out = {}
     table = {**HOST_METRICS, **(GPU_METRICS if gpus else {})}
     for name, (field, across, how) in table.items():

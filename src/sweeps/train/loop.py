@@ -169,7 +169,7 @@ class Trainer:
         at both edges), ``time/eval_s``, ``time/elapsed_s`` (since fit started), ``phase/sum_s``
         (Σ phase times, to compare with the epoch time), ``phase/{data,forward,backward,optimizer}_ms``
         (mean per iteration), ``perf/samples_per_s``, ``train/lr``, ``train/loss``, ``train/acc``,
-        ``mem/epoch_peak_mb``, ``host/other_cpu_pct`` (other processes' share of all cores during the
+        ``mem/epoch_peak_mb``, ``system/host/other_cpu_pct`` (other processes' share of all cores during the
         training pass, % — see :mod:`sweeps.train.noise`), the monitor's metrics for the training pass, and the test metrics of
         :meth:`evaluate` on epochs that evaluate: every ``eval_every``-th and the last
         (``time/eval_s`` is 0 on the others).
@@ -241,7 +241,7 @@ def summarize(records: list[dict], regression: bool) -> dict[str, float]:
     """Job-level metrics from the per-epoch records: first, median (epochs 2 on: the first carries
     warm-up — cuDNN autotuning, allocator growth, worker start — so a 1-epoch job has none) and
     total time, the spread of epochs 2+ (:func:`sweeps.train.noise.spread`), other processes' mean
-    CPU share over them (``host/other_cpu_mean_pct``), peak memory and the last evaluation's score."""
+    CPU share over them (``system/host/other_cpu_mean_pct``), peak memory and the last evaluation's score."""
     if not records:
         return {}
     times = [r[names.EPOCH_S] for r in records]

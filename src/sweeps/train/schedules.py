@@ -14,7 +14,7 @@ from torch.optim import lr_scheduler
 def multistep(optimizer: torch.optim.Optimizer, epochs: int, milestones: Sequence[float] = (0.5, 0.8),
               gamma: float = 0.1) -> lr_scheduler.MultiStepLR:
     """lr × ``gamma`` at each milestone, given as fractions of ``epochs`` (0.5, 0.8 → epochs 50
-    and 80 of 100: study 1's schedule, DESIGN.md)."""
+    and 80 of 100: study 1's schedule, docs/studies.md)."""
     return lr_scheduler.MultiStepLR(optimizer, sorted({round(f * epochs) for f in milestones}), gamma=gamma)
 
 
