@@ -107,8 +107,8 @@ class SweepCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             jobs = planned_jobs(config)  # counted from the overrides: the header comes before any job is composed
-            print(progress.header(jobs, _preset(config), str(config.mlflow.experiment), store.tracking_uri(config)),
-                  flush=True)
+            where = store.resolve_uri(config.mlflow.tracking_uri, create=False)  # made once the values are checked
+            print(progress.header(jobs, _preset(config), str(config.mlflow.experiment), where), flush=True)
             progress.begin_sweep(jobs)
             current().planned_jobs = check_sweep(config)  # every job's values, before the parent run opens and any job starts
             if not launchers.runs_jobs_in_this_process(config):  # a pool's, Slurm's: the store process would idle
