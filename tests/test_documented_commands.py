@@ -22,8 +22,8 @@ MAX_COMBINATIONS = 16
 
 
 def documented_commands() -> list[tuple[str, str]]:
-    """``(page, the arguments after python -m sweeps)`` for every command line on the pages;
-    placeholders (``[-m] key=value ...``) left out."""
+    """``(pages, the arguments after python -m sweeps)`` for every command line on the pages (the
+    pages that show it, comma-separated); placeholders (``[-m] key=value ...``) left out."""
     pages = [REPO / "README.md", *sorted(p for p in (REPO / "docs").glob("*.md") if p.name not in RECORDS)]
     found = []
     for page in pages:
@@ -36,7 +36,10 @@ def documented_commands() -> list[tuple[str, str]]:
                 rest = re.split(r"\s+#\s", rest)[0].strip()
                 if not re.search(r"\[|\.\.\.|…|<", rest):
                     found.append((page.name, rest))
-    return sorted(set(found))
+    pages: dict[str, set] = {}
+    for page, command in found:
+        pages.setdefault(command, set()).add(page)
+    return sorted((",".join(sorted(where)), command) for command, where in pages.items())
 
 
 def jobs(overrides: list[str]) -> list[list[str]]:
@@ -58,9 +61,9 @@ def jobs(overrides: list[str]) -> list[list[str]]:
 
 def test_the_pages_show_commands_to_check():
     commands = documented_commands()
-    pages = {page for page, _ in commands}
+    pages = {page for where, _ in commands for page in where.split(",")}
     assert {"README.md", "getting-started.md", "own-model.md", "devices.md"} <= pages
-    assert ("README.md", "-m model=cnn10,wrn28_10 batch=128,256,512,1024,2048") in commands
+    assert "-m model=cnn10,wrn28_10 batch=128,256,512,1024,2048" in {command for _, command in commands}
     assert jobs(["model=a,b", "batch=1,2,3"]) == [["model=a", "batch=1"], ["model=a", "batch=2"], ["model=a", "batch=3"],
                                                 ["model=b", "batch=1"], ["model=b", "batch=2"], ["model=b", "batch=3"]]
 
