@@ -42,7 +42,7 @@ GENERIC = {
 }
 KEY = re.compile(r"^(\s*)([A-Za-z_]\w*):\s*(.*)$")
 COMMENT = re.compile(r"\s+#\s?(.*)$")
-DEFAULT = re.compile(r"^\s*-\s+(?:optional\s+)?(\w+):\s*(\S+)\s*(?:#\s?(.*))?$")
+DEFAULT = re.compile(r"^\s*-\s+(optional\s+)?(\w+):\s*(\S+)\s*(?:#\s?(.*))?$")
 
 
 def yaml_comments(path: Path) -> dict[str, str]:
@@ -151,7 +151,8 @@ def render() -> str:
     from sweeps.config import options, schema
 
     cfg = compose_default()
-    choices = {m.group(1): (m.group(2), m.group(3) or "") for m in
+    choices = {m.group(2): (m.group(3), m.group(4) or ("optional: none where no such option exists" if m.group(1) else ""))
+               for m in
                map(DEFAULT.match, (CONF / "config.yaml").read_text().splitlines()) if m}
     groups = [g for g in choices if (CONF / g).is_dir()]
     top = yaml_comments(CONF / "config.yaml")
