@@ -3,7 +3,7 @@
 N simulated jobs, each a real :class:`sweeps.tracking.writer.RunWriter` logging 15 metric values
 per 1-s epoch (as a training job does), spread over several client processes, send to a real
 `mlflow server` on 127.0.0.1 that this script starts — with a sqlite backend (a file on local
-disk in WAL mode, as the README advises a server's sqlite; ``--sqlite-journal delete`` for
+disk in WAL mode, as docs/devices.md advises a server's sqlite; ``--sqlite-journal delete`` for
 sqlite's default rollback journal), and with a PostgreSQL backend from a cluster it creates in a
 temp dir (Debian's `postgresql`, psycopg2 from `pip install -e .[bench]`) — and stops, with every
 process it started.

@@ -20,7 +20,7 @@ from conftest import TEST_CONF, run_cli
 
 START_S = 90  # bounded wait for /health (a busy 2-core machine starts the server in ~10-30 s)
 REPO = Path(__file__).resolve().parents[1]
-# The README's "Beyond one machine": an sqlite server's file put in WAL mode before its first start.
+# docs/devices.md, "Beyond one machine": an sqlite server's file put in WAL mode before its first start.
 WAL_COMMAND = """python -c "import sqlite3; sqlite3.connect('{db}').execute('PRAGMA journal_mode=WAL')\""""
 
 
@@ -71,10 +71,10 @@ def _stop_server(server: subprocess.Popen) -> None:
 @pytest.mark.slow  # server start-up plus a 2-job sweep: ~45 s here
 def test_sweep_logs_to_a_tracking_server_over_http(tmp_path):
     readme_step = WAL_COMMAND.format(db="/srv/mlflow/mlflow.db")
-    assert readme_step in (REPO / "README.md").read_text(), f"README no longer says {readme_step!r}"
+    assert readme_step in (REPO / "docs" / "devices.md").read_text(), f"docs/devices.md no longer says {readme_step!r}"
     db = tmp_path / "server.db"
     argv = shlex.split(WAL_COMMAND.format(db=db))
-    subprocess.run([sys.executable, *argv[1:]], check=True, timeout=60)  # the README's step, this Python
+    subprocess.run([sys.executable, *argv[1:]], check=True, timeout=60)  # the docs' step, this Python
     server, uri = _start_server(tmp_path)
     try:
         job_dir = tmp_path / "jobs"

@@ -1,7 +1,7 @@
 """Every name a user types or reads: outcomes, MLflow tags and metrics, config group options.
 
 The tracker, the console, the report and the README use these names and no others (a test
-compares this module with the README). Torch-free on purpose: the report and tests import it
+compares this module with the README and docs/). Torch-free on purpose: the report and tests import it
 without loading torch. Units are in the names: ``_s`` seconds, ``_ms`` milliseconds, ``_mb``
 MB (2**20 bytes), ``_j`` joules, ``_w`` watts, ``_pct`` percent, ``_mhz`` MHz, ``_c`` °C.
 """

@@ -21,7 +21,7 @@ log = logging.getLogger("sweeps")
 # telemetry.png needs a curve: a job with fewer samples (under ~5 s at the default 1 s interval)
 # has them all in telemetry.csv, and drawing would cost it ~0.1-0.2 s plus matplotlib's import
 FIGURE_MIN_SAMPLES = 5
-# MLflow run status per outcome (README "MLflow"): FAILED — the job ran and did not get through its
+# MLflow run status per outcome (docs/reading-results.md, "MLflow"): FAILED — the job ran and did not get through its
 # work (a crash, out of memory, a NaN loss); KILLED — it was stopped or never started for a reason
 # outside it (a signal; no GPU or data here); FINISHED — ok only, so the run list's green tick means
 # a usable result. The outcome tag stays the precise word; resume reads the tag, never the status.
