@@ -63,17 +63,21 @@ def _duplicates(db: Path) -> list[tuple]:
                            "GROUP BY run_uuid, key, step HAVING COUNT(*) > 1").fetchall()
 
 
-@pytest.mark.slow  # 20 real jobs killed and rerun beside a busy core: ~4-6 min on 2 cores
+TRIES = int(os.environ.get("SWEEPS_RACE_TRIES", "8"))  # ~45 s each beside a busy core; 20 for the full check
+
+
+@pytest.mark.slow  # real jobs killed and rerun beside a busy core: ~6 min on 2 cores at 8 tries
 def test_kill_9_and_a_rerun_within_half_a_second_store_each_epoch_once(tmp_path):
     """``+experiment=diabetes batch=32``, SIGKILLed 1-4 s into its epochs and rerun 0.1-0.5 s later
     with a busy loop on the other core (the dead job's store process then ingests its last batch
-    late), 20 times: no (metric, epoch) stored twice, no run left RUNNING, each rerun ends ok."""
+    late), TRIES times (``SWEEPS_RACE_TRIES=20`` for the issue's 20): no (metric, epoch) stored
+    twice, no run left RUNNING, each rerun ends ok."""
     rng = random.Random(52)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     # one torch thread: beside a busy loop, two threads that wait on each other made an epoch ~3 s
     args = ["-m", "+experiment=diabetes", "batch=32", "epochs=100", "device.threads=1", "checkpoint.every_epochs=10"]
     try:
-        for attempt in range(20):
+        for attempt in range(TRIES):
             cwd = tmp_path / f"try{attempt}"
             cwd.mkdir()
             started = StartedCli(args, cwd)
