@@ -13,7 +13,7 @@ and how many epochs took over 10 ms. Prints median [min, max] over ``--repeats``
 Why: MLflow's ingestion holds the GIL; a sending thread at the lowest priority that a busy machine
 starves while it holds the GIL holds the training's next epoch up until it runs again (seconds), and
 a batch answered at normal priority beside the training takes a core from it for a time slice
-(~100 ms). docs/benchmarks.md, "A sweep's jobs", has the figures before and after.
+(~100 ms). docs/benchmarks.md, "A job beside busy programs", has the figures.
 """
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ waiting for a core, in ns; man 5 proc). Figures per run:
 - helpers waited: the helpers' total time runnable but not running (s), and their CPU time (s);
   helpers: how many the job started, per run.
 
-Measured on the project's 2-core VM (2026-11-26, docs/benchmarks.md, "A job's end on a busy
-machine"). The lowest priority is the right choice for work the job does not wait for (it must not
+Measured on the project's 2-core VM (2026-11-26, docs/benchmarks.md, "A job beside busy
+programs"). The lowest priority is the right choice for work the job does not wait for (it must not
 delay a step); for work the job waits for, it makes the job wait for everyone.
 """
 from __future__ import annotations

@@ -154,7 +154,7 @@ def study5(repeats: int, epochs: int, extra: list[str] | None = None, label: str
         walls = {n: hand_loop_study5(n, eval_every, threads) for n in (100, epochs)}
         return (walls[epochs] - walls[100]) / (epochs - 100)
 
-    # the VM's speed drifts by tens of % within minutes (docs/benchmarks.md): each repeat's hand loop
+    # the VM's speed drifts by tens of % within minutes (docs/methodology.md): each repeat's hand loop
     # runs right before and right after its sweeps jobs and counts as their mean (an A-B-A design),
     # so a drift that is linear over the repeat cancels out of its ratio
     for r in range(repeats):
@@ -253,7 +253,7 @@ def study4(repeats: int, epochs: int = 10, glibc_default: bool = False) -> None:
     process importing mlflow and opening the store, ~3 s of CPU) shows beside the steady epochs.
     ``glibc_default``: each repeat also runs the job with :data:`GLIBC_DEFAULT` (the two jobs'
     order alternating between repeats), the reason the job was 5-12 % slower before it kept its
-    heap (docs/benchmarks.md, "Study 4's missing 5-12 %: the host heap")."""
+    heap (docs/benchmarks.md, "Overhead against a hand loop")."""
     print(f"\n## study 4: MNIST MLP 784-1000-1000-10, batch 100, {DEVICE.type}, {epochs} epochs (10,000 real digits per epoch)")
     if not MNIST_RAW.is_dir():
         print(f"skipped: {MNIST_RAW} is not here")

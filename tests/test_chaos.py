@@ -17,7 +17,7 @@ from conftest import REPO, TEST_CONF, StartedCli, run_cli, runs
 from sweeps import names
 
 
-# 6 faults of seed 2311's plan (docs/benchmarks.md lists them), each of a kind that once found a
+# 6 faults of seed 2311's plan (scripts/chaos.py --seed 2311 --only N replays one), each of a kind that once found a
 # product fault or has no test of its own: 21 (a Ctrl-C storm as the sweep exits), 15 (a SIGTERM
 # inside torch.save), 20 (resuming onto an immutable journal), 1 (SIGKILL of the sweep), 2 (a
 # journal made immutable mid-job), 18 (a disk that fills, MNIST). CI's whole run must stay under

@@ -6,7 +6,7 @@ What the thresholds buy (no page faults when a step's memory is allocated again)
 and depends on the process around it — in a test worker another thread's allocation can pin a
 shared arena's top, and a loaded CI machine gave a fresh interpreter 230 faults a step kept and 0
 after — so it is measured by ``scripts/bench_job_overhead.py --only study4 --study4-glibc-default``
-and recorded in docs/benchmarks.md ("Study 4's missing 5-12 %: the host heap"), not asserted here."""
+and recorded in docs/benchmarks.md ("Overhead against a hand loop"), not asserted here."""
 from __future__ import annotations
 
 import json

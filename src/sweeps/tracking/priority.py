@@ -20,12 +20,12 @@ time slice ends while a training thread that wakes up waits for the core (EEVDF'
 run-to-parity), whereas any normal task that wakes preempts a ``SCHED_IDLE`` one at once
 (kernel/sched/fair.c, ``check_preempt_wakeup_fair``). Torch's OpenMP worker threads sleep and
 wake at every parallel region of a sub-millisecond step, so that wake-up latency is what a
-helper's ingestion cost the training (docs/benchmarks.md, "SCHED_IDLE").
+helper's ingestion cost the training (measured on a 2-core VM).
 
 Work that a job waits for is not background: a helper at this priority on a machine whose cores
 other programs keep busy gets well under 1% of a core, and the job then waits for everyone (a small job's
-end took 9–12 s instead of ~0.7 s beside two busy loops: docs/benchmarks.md, "A job's end on a
-busy machine"). An unprivileged process cannot raise itself back (RLIMIT_NICE, 0 by default), so
+end took 9–12 s instead of ~0.7 s beside two busy loops: docs/benchmarks.md, "A job
+beside busy programs"). An unprivileged process cannot raise itself back (RLIMIT_NICE, 0 by default), so
 the priority belongs to a thread: :func:`lowered` tells a thread that lowered itself, and the
 store process answers each call at its caller's priority.
 """
@@ -77,6 +77,6 @@ def own_group() -> dict[str, Any]:
     own (a Ctrl-C in the terminal reaches the job, not the helper, which ends with the job) in the
     job's session, so Linux's autogroup counts the helper with the job: when the job waits for
     it, the job's share of the CPU goes to the helper, not a share of its own at nice 19 beside
-    every other program (docs/benchmarks.md, "Each call at its caller's priority"). Python 3.10,
+    every other program (docs/benchmarks.md, "A job beside busy programs"). Python 3.10,
     which lacks ``process_group``: a session of its own."""
     return {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}

@@ -45,7 +45,7 @@ HANDOFF_EPOCHS = 100  # epochs a job logs in-process before its journal goes to 
 # 2-core VM), what ~40,000 values cost at MLflow's ~50 µs each; where the training's threads
 # keep every core busy that CPU is taken from the training either way, so a job with fewer values
 # to come (study 5's 10,000 epochs at a series stride of 10: ~15,000; its preset's 50: ~3,000) keeps its in-process
-# queue: 1.24× its hand loop instead of 1.49× (docs/benchmarks.md, "The hand-over by values")
+# queue: 1.24× its hand loop instead of 1.49× (study 5, measured on a 2-core VM)
 HANDOFF_VALUES = 40_000
 # where the training leaves a core free (device.threads below the cores) the start costs it
 # nothing, and sending moves off its GIL: worth it from ~0.5 s of values (1.22× vs 1.43× there)
@@ -55,8 +55,8 @@ STALL_S = 5.0  # s a drain waits for the writer process's next sign of progress 
 # what the job itself sends to a local sqlite store at normal priority (~8,000 values/s: log_batch
 # of 1,000 values, 123 ms, 2-core VM). One at the lowest priority that gets only the odd slice of a
 # core beside busy programs sends a batch now and then, far slower than the idle job would (against
-# a store that slow itself the take-over costs a history read, and loses nothing; docs/benchmarks.md,
-# "A drain that creeps")
+# a store that slow itself the take-over costs a history read, and loses nothing; measured
+# on a 2-core VM)
 SLOW_RATE = 1000.0
 # s after killing a stalled writer process before the job reads the run's history: a request a
 # tracking server had received whole is committed by then, so the replay does not send it again

@@ -19,8 +19,8 @@ soon as the store is open, and a ``LOW`` call waits for its store to open). A pr
 not a thread, because a background call can then be ended at any point: on a machine whose cores
 other programs keep busy the lowest priority gets next to no CPU, and a batch it has begun holds
 sqlite's write lock (or the pipe the job shares) until it ends, so the job's next call would wait
-for it — 55 s at a 10,000-epoch job's end beside two busy loops (docs/benchmarks.md, "A drain
-that creeps"). When the job says HURRY, the background process is killed (the store rolls its
+for it — 55 s at a 10,000-epoch job's end beside two busy loops (measured on a
+2-core VM). When the job says HURRY, the background process is killed (the store rolls its
 transaction back) and the main thread answers the call itself at normal priority, as it does
 every background call for :data:`HURRIED_S` after. It ignores SIGINT and
 SIGTERM (the job closes its run through it after a signal) and SIGTTOU (in a background process
@@ -139,7 +139,7 @@ class Background:
     killed. A background call waits for its store to open (~2 s of imports at the lowest priority,
     much longer while the training keeps every core busy): answered here meanwhile, at normal
     priority, the writer's batches took a core from the training at each beat (epochs of ~100 ms
-    instead of ~1 ms in a study 5 job, docs/benchmarks.md, "A sweep's jobs"). Killed when the
+    instead of ~1 ms in a study 5 job, docs/benchmarks.md, "A job beside busy programs"). Killed when the
     job says HURRY (a byte on ``hurry``, a non-blocking pipe) — a call the job waits for is held
     up behind a background one, whether it waits for the store to open or is being answered —
     and the background call then answered here, at normal priority. Calls come one at a time

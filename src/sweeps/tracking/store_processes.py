@@ -31,8 +31,8 @@ def prestart(argv: list[str]) -> None:
     process keeps a client of its own for its parent run; the store process answers its jobs when
     they run in this process (Hydra's basic launcher), so their metric batches are ingested off
     the training's GIL: a writer thread at the lowest priority that held the GIL through MLflow's
-    ingestion on a busy machine held an epoch up for 1.4–4.4 s (docs/benchmarks.md, "A sweep's
-    jobs"). A launcher that runs jobs elsewhere gives it back (:func:`discard_spare`). Never
+    ingestion on a busy machine held an epoch up for 1.4–4.4 s (docs/benchmarks.md,
+    "A job beside busy programs"). A launcher that runs jobs elsewhere gives it back (:func:`discard_spare`). Never
     raises."""
     if _spare or _services or "mlflow" in sys.modules or not _runs_jobs(argv):
         return
@@ -84,7 +84,7 @@ def start(uri: str, experiment: str) -> None:
     Slurm job at its first job; its imports then overlap the job's import of torch, and its jobs'
     MLflow ingestion leaves the training's process as a one-job command's does (in a worker's own
     client, a writer thread at the lowest priority held the GIL through it: docs/benchmarks.md,
-    "Pool workers"). Otherwise (tests that hold a client, a second ``uri``) the job opens the
+    "A job beside busy programs"). Otherwise (tests that hold a client, a second ``uri``) the job opens the
     store itself.
 
     Raises:

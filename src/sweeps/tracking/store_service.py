@@ -1,8 +1,8 @@
 """The MLflow store in a process of its own, as a job's process sees it: the pipe to it.
 
 Why: a one-job command spent ~2 s importing mlflow (1.2 s) and opening its SQL store (0.9 s)
-before it could create its run, on the same core as torch's import (docs/benchmarks.md, "the
-tabular job"). A command that runs jobs starts the store's process
+before it could create its run, on the same core as torch's import (measured on a 2-core
+VM). A command that runs jobs starts the store's process
 (:mod:`sweeps.tracking.store_process`) before Hydra composes its config and names the store once
 the config is valid (:mod:`sweeps.tracking.store_processes`); it imports mlflow and opens the
 store on the second core while the job imports torch and builds its data, and the job's process
@@ -17,7 +17,7 @@ sending thread is lowered, :func:`sweeps.tracking.priority.lowered`) in the stor
 background process, at the lowest priority, so they take cores the training leaves idle;
 every call a job's thread waits for — run creation, params, artifacts, the last flush, the
 summary — on its main thread at normal priority, so a busy machine does not make the job's end
-wait for everyone (docs/benchmarks.md, "A job's end on a busy machine"). A call the job waits for
+wait for everyone (docs/benchmarks.md, "A job beside busy programs"). A call the job waits for
 that finds a background batch under way says HURRY (:meth:`StoreService.say_hurry`): that batch
 is then ended and answered at normal priority too ("A background batch the job waits for"). The process stays in the
 job's session (Linux's autogroup: it shares the job's group) in a process group of its own (a

@@ -2,7 +2,7 @@
 
 Hydra composes each job from scratch (``ConfigLoaderImpl.load_sweep_config``: the defaults list,
 every YAML file merged, then the command line's values), ~80-200 ms on 2 cores: the largest
-part of a tiny job's fixed cost (docs/benchmarks.md, "Fixed cost per job"). Jobs that differ only
+part of a tiny job's fixed cost (docs/benchmarks.md, "Start-up and fixed cost"). Jobs that differ only
 in plain values (``seed=0,1,2``, ``batch=128,256``, ``optimizer.lr=...``) share everything up to
 the values. :class:`JobComposer` composes such a family's *base* once — the jobs' group choices
 and Hydra overrides, no values — and derives each job from a deep copy of it the way Hydra's
