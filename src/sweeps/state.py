@@ -34,8 +34,8 @@ class ProcessState:
     - ``pool_waited_s``: seconds the latest GPU-pool claim waited (s);
     - ``pool_held``: the running job's pool GPUs (NVML UUIDs);
     - ``said``: the machine notices said so far (:func:`said_once`);
-    - ``sweep_started_at``, ``job_times``: when the running sweep began (monotonic s) and the wall
-      times (s) of its jobs this process ran, for the console's time left.
+    - ``job_times``: the wall times (s) of the running sweep's jobs this process ran, for the
+      console's time left.
     """
 
     outcomes: Counter = field(default_factory=Counter)
@@ -50,7 +50,6 @@ class ProcessState:
     pool_waited_s: float = 0.0
     pool_held: list[str] = field(default_factory=list)
     said: set = field(default_factory=set)
-    sweep_started_at: float | None = None
     job_times: list[float] = field(default_factory=list)
 
 

@@ -7,7 +7,6 @@ for a job's own name. Imports neither torch nor mlflow: the header comes before 
 from __future__ import annotations
 
 import shlex
-import time
 from typing import Any
 
 from sweeps.launch.process import parent_run
@@ -24,8 +23,7 @@ def header(jobs: int, preset: str | None, experiment: str, uri: str) -> str:
 
 def begin_sweep(jobs: int) -> None:
     """Note the sweep's start and size (jobs launched elsewhere read the size from the environment)."""
-    st = current()
-    st.sweep_started_at, st.job_times = time.monotonic(), []
+    current().job_times = []
     parent_run.note(planned_jobs=str(jobs))
 
 
