@@ -65,8 +65,17 @@ def test_the_pages_show_commands_to_check():
                                                           ["model=a", "batch=3", "seed=0"]]
 
 
+@pytest.fixture(scope="module")
+def hydra_conf():
+    """sweeps' config directory initialised once for the module's commands (each test's Hydra
+    state is put back after it, conftest's process_state, to this one)."""
+    sweeps.config.register()
+    with initialize_config_dir(version_base="1.3", config_dir=str(sweeps.config.CONF_DIR)):
+        yield
+
+
 @pytest.mark.parametrize("page, command", documented_commands())
-def test_a_documented_command_composes(page, command):
+def test_a_documented_command_composes(page, command, hydra_conf):
     args = shlex.split(command)
     searchpath = []
     if "--config-dir" in args:
@@ -76,10 +85,8 @@ def test_a_documented_command_composes(page, command):
         del args[at:at + 2]
     overrides = [a for a in args if a not in FLAGS]
     assert all("=" in o for o in overrides), f"{page}: not an override in {command!r}"
-    sweeps.config.register()
-    with initialize_config_dir(version_base="1.3", config_dir=str(sweeps.config.CONF_DIR)):
-        for job in jobs(overrides) or [[]]:
-            try:
-                compose("config", overrides=job + searchpath)
-            except Exception as exc:  # noqa: BLE001 — the message names the page and the job
-                pytest.fail(f"{page}: python -m sweeps {command}\n  job {job}: {type(exc).__name__}: {exc}")
+    for job in jobs(overrides) or [[]]:
+        try:
+            compose("config", overrides=job + searchpath)
+        except Exception as exc:  # noqa: BLE001 — the message names the page and the job
+            pytest.fail(f"{page}: python -m sweeps {command}\n  job {job}: {type(exc).__name__}: {exc}")

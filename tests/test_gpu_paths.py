@@ -140,6 +140,7 @@ def test_every_compiled_job_of_a_sweep_runs_compiled(in_process, monkeypatch, tm
     assert all(r.data.metrics["time/compile_s"] > 0 for r in jobs)
 
 
+@pytest.mark.slow  # compiles every inference job (~4 s); the compile path stays in the tests above
 def test_inference_jobs_of_a_sweep_compile_and_feed_channels_last(in_process, monkeypatch, tmp_path):
     """Two inference jobs in one process, at two batch sizes (one graph each: the limit lowered to
     1 shows what 8 shows after a few more jobs): both run compiled, on NHWC batches and weights."""

@@ -104,6 +104,7 @@ def _live_tensors() -> int:
         return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
 
 
+@pytest.mark.slow  # a dozen search trials and a full gc scan (~5 s)
 def test_failed_trials_leave_no_memory_behind():
     """Every tensor a trial allocated — also those held by the frames of a trial that failed in
     its backward pass — is gone when the search ends; gradients and optimizer state too."""

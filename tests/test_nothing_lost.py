@@ -128,6 +128,7 @@ def test_sigkill_then_rerun_marks_stale_and_resumes_the_loss_curve(tmp_path):
     assert not any((tmp_path / "checkpoints").glob("*/*/*.pt"))  # removed once the job ended ok
 
 
+@pytest.mark.slow  # two real interpreters (~7 s); in-process reruns skip in test_run_readability
 def test_rerun_skips_finished_jobs_and_says_how_many(tmp_path, tiny):
     first = cli_in_process(["-m", "model=mlp", "batch=16,32", *tiny], tmp_path)
     assert first.returncode == 0

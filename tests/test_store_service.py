@@ -49,6 +49,7 @@ def _telemetry() -> Telemetry:
     return tel
 
 
+@pytest.mark.slow  # a store process of its own (~5 s); a real `python -m sweeps` of the default suite uses one
 def test_a_jobs_store_calls_land_in_the_store_through_its_process(service, caplog, tmp_path):
     client, experiment_id = service.opened()
     assert isinstance(client, RemoteClient) and client.tracking_uri == service.uri

@@ -76,6 +76,7 @@ def _raise_threads(pid: int) -> bool:
     return True
 
 
+@pytest.mark.slow  # a writer process of its own (~5 s), as the file's other tests
 def test_after_the_handoff_an_epoch_makes_no_store_call_in_the_training_process(tmp_path, handoff, monkeypatch):
     client, writer = _run(tmp_path)
     log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600, last_epoch=400)
