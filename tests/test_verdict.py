@@ -182,3 +182,13 @@ def test_without_a_price_there_is_no_money(tmp_path):
     assert verdict_line == ("**mlp on mnist10k** — cpu: best batch 128 at lr 0.1 (7,273 samples/s); throughput knee "
                             "at batch 64 (each doubling past it gains < 10% samples/s); largest batch that fits 128 "
                             "(all tried fit).")
+
+
+def test_a_group_whose_jobs_never_ran_says_so_and_inference_jobs_have_no_verdict():
+    unavailable = JobRecord("x", "", names.UNAVAILABLE, "no data", {"batch": "32"},
+                            {"model": "mlp", "dataset": "mnist", "device": "cpu", "task": "train"}, {}, {})
+    inference = JobRecord("y", "", names.OK, "", {}, {"model": "resnet50", "dataset": "synthetic", "task": "inference"},
+                          {names.INFER_MEDIAN_MS: 3.0}, {})
+    (f,) = verdict.findings([unavailable, inference])
+    assert verdict_text.sentence(f) == "cpu: no job ended ok."
+    assert verdict_text.markdown(verdict.findings([inference])) == []

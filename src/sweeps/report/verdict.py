@@ -127,8 +127,8 @@ def _size(job: JobRecord) -> int | None:
 def finding(group: str, device: str, jobs: list[JobRecord], fits: dict[tuple, int]) -> Finding:
     """The :class:`Finding` of ``jobs``: one group at one data size on one device."""
     choices = best_lr.choose(jobs)
-    per_batch = {b: t for b, c in choices.items() if (t := _med([x for j in c.jobs if (x := throughput(j))]))}
     all_ok = {b: [j for j in jobs if j.outcome == names.OK and j.batch == b] for b in choices}
+    per_batch = {b: t for b, js in all_ok.items() if (t := _med([x for j in js if (x := throughput(j))]))}
     reached = {b: c for b, c in choices.items() if c.reached}
     notes = []
     if reached:
@@ -146,8 +146,9 @@ def finding(group: str, device: str, jobs: list[JobRecord], fits: dict[tuple, in
     ok_batches = sorted(choices)
     fit, fits_how = _fits(jobs, ok_batches, fits)
     first = (chosen or jobs)[0]
-    if best is not None and (why := noise(chosen)):
-        notes.append(f"batch {best:.0f}: {why}")
+    ok = [j for js in all_ok.values() for j in js]
+    if noisy := [why for j in ok if (why := noise([j]))]:
+        notes.append(f"{len(noisy)} of {len(ok)} runs timed noisily (e.g. {noisy[0]})")
     return Finding(
         group, first.params.get("model", "?"), first.params.get("dataset", "?"), _size(first), device, len(choices),
         best, choices[best].lr if best is not None else None, by,

@@ -32,6 +32,8 @@ def sentence(f: Finding) -> str:
         lr = f" at lr {f.best_lr:.3g}" if f.best_lr is not None else ""
         parts.append(f"best batch {_num(f.best_batch)}{lr} ({figure})" if f.batches > 1
                      else f"{figure} at batch {_num(f.best_batch)}")
+    elif f.batches == 0:
+        parts.append("no job ended ok")
     elif not f.note:
         parts.append("no batch to pick: no timings")
     if f.knee is not None:
@@ -49,7 +51,7 @@ def sentence(f: Finding) -> str:
         parts.append(f"cost {_money(f.cost_per_epoch, f.currency)} per epoch{to_target}")
     size = f" at {f.train_size:,} rows" if f.train_size is not None else ""
     text = f"{f.device}{size}: " + "; ".join(parts) + "."
-    return text + (f" Not picked or noisy: {f.note}." if f.note else "")
+    return text + (f" Note: {f.note}." if f.note else "")
 
 
 def _devices(rows: list[Finding]) -> list[str]:
