@@ -12,10 +12,11 @@ from sweeps.report import __main__ as report
 from sweeps.report.runs import JobRecord
 
 
-def _job(batch: float, lr: float, steps: float | None, samples_per_epoch: int = 8000, epoch_s: float = 1.0,
+def _job(batch: float, lr: float, steps: float | None, samples_per_epoch: int = 8000, epoch_s: float | None = None,
          to_target_s: float | None = None, swept: dict | None = None, params: dict | None = None,
          **metrics: float) -> JobRecord:
     """An ok training job at ``batch`` and ``lr``; ``steps`` to target, or None: it missed it."""
+    epoch_s = epoch_s or {32: 2.0, 64: 1.0, 128: 0.6}[batch]  # 4000, 8000, 13333 samples/s: no knee
     swept = {"batch": f"{batch:.0f}", "optimizer.lr": f"{lr}", **(swept or {})}
     m = {names.BATCH_SIZE: batch, names.LR: lr, names.MEDIAN_EPOCH_S: epoch_s, **metrics}
     tags = {names.TARGET_TAG: names.TARGET_MISSED if steps is None else names.TARGET_REACHED, names.ENV_GPUS: "none"}
@@ -27,11 +28,13 @@ def _job(batch: float, lr: float, steps: float | None, samples_per_epoch: int = 
     return JobRecord(f"b{batch:.0f} lr{lr}", "", names.OK, "", swept, p, m, tags)
 
 
-# batch 32: lr 0.1 reaches in the fewest steps; batch 64: two lrs tie on steps and examples, the
-# shorter time to target wins; batch 128: no lr reaches the target.
+# batch 32: lr 0.1 reaches in the fewest steps; batch 64: two lrs tie on steps and examples (the
+# target is checked once an epoch), the better final accuracy wins, not the shorter time; batch 128:
+# no lr reaches the target.
 GRID = [
     _job(32, 0.01, 500), _job(32, 0.1, 250, to_target_s=4.0), _job(32, 1.0, None),
-    _job(64, 0.01, None), _job(64, 0.1, 125, to_target_s=3.0), _job(64, 0.3, 125, to_target_s=2.5),
+    _job(64, 0.01, None), _job(64, 0.1, 125, to_target_s=2.5, **{names.FINAL_ACC: 0.93}),
+    _job(64, 0.3, 125, to_target_s=3.0, **{names.FINAL_ACC: 0.95}),
     _job(128, 0.1, None), _job(128, 0.3, None), _job(128, 1.0, None),
 ]
 
@@ -46,8 +49,12 @@ def test_the_best_lr_per_batch_is_the_one_with_fewest_steps_to_target():
     assert sorted((j.batch, j.metrics[names.LR]) for j in kept) == [(32, 0.1), (64, 0.3), (128, 0.1), (128, 0.3),
                                                                      (128, 1.0)]
     (f,) = verdict.findings(GRID)
-    assert (f.best_batch, f.best_lr, f.by, f.time_to_target_s) == (64, 0.3, "time to target", 2.5)
-    assert "best batch 64 at lr 0.3 (2.5 s to target)" in verdict_text.sentence(f)
+    assert (f.best_batch, f.best_lr, f.by, f.time_to_target_s) == (64, 0.3, "time to target", 3.0)
+    assert f.lr_per_batch == "32: 0.1, 64: 0.3, 128: none reached the target"
+    assert verdict_text.sentence(f) == (
+        "cpu: best batch 64 at lr 0.3 (3 s to target); best lr per batch 32: 0.1, 64: 0.3, 128: none reached "
+        "the target; no throughput knee (the doubling to the largest batch still gains 67% samples/s); largest "
+        "batch that fits 128 (all tried fit).")
 
 
 def test_figures_draw_each_batch_at_its_best_lr(tmp_path):
@@ -151,8 +158,17 @@ def test_the_verdict_is_on_the_sweeps_parent_run(study5):
     record_verdict(client, parent, run.info.experiment_id, store.child_runs(client, run.info.experiment_id, parent))
     tags = client.get_run(parent).data.tags
     assert tags[names.VERDICT_TAG].startswith("**mlp_tabular on synthetic** — cpu wins at 1,000 rows: 4.00× cuda")
-    assert "Crossover: cuda wins from 100,000 rows." in tags[verdict_text.tag_key("all")]
+    assert "Crossover: cuda wins from 100,000 rows." in tags[names.VERDICT_TAG]
+    assert not [k for k in tags if k.startswith(names.VERDICT_TAG_PREFIX)]  # one group: no tag of its own
     assert verdict_text.tag_key("model=mlp dataset=x,y") == "sweeps.verdict.model:mlp dataset:x_y"
+    import dataclasses
+
+    (f,) = verdict.findings(GRID)  # two groups: a tag each besides the whole
+    verdict_text.log_to_parent(client, parent, [f, dataclasses.replace(f, group="model=cnn", model="cnn")])
+    tags = client.get_run(parent).data.tags
+    assert tags["sweeps.verdict.model:cnn"].startswith("**cnn on mnist10k** (model=cnn) — cpu: best batch 64")
+    assert tags["sweeps.verdict.all"].startswith("**mlp on mnist10k** — cpu: best batch 64")
+    assert tags[names.VERDICT_TAG] == tags["sweeps.verdict.all"] + "\n\n" + tags["sweeps.verdict.model:cnn"]
 
 
 def test_sweeps_verdict_is_a_dataframe_of_the_findings(study5):

@@ -37,14 +37,26 @@ def _median(jobs: list[JobRecord], key: str) -> float:
     return statistics.median(j.metrics[key] for j in jobs)
 
 
+def _final(jobs: list[JobRecord]) -> float:
+    """The runs' final score on their target's metric (``test/final_acc`` for ``test/acc``,
+    ``test/final_rmse`` for ``test/rmse``), signed so that lower is better; 0 where there is none."""
+    final = {names.TEST_ACC: names.FINAL_ACC, names.TEST_RMSE: names.FINAL_RMSE}.get(
+        jobs[0].params.get(names.TARGET_METRIC_PARAM, ""))
+    if final is None or not all(final in j.metrics for j in jobs):
+        return 0.0
+    return _median(jobs, final) * (-1 if jobs[0].params.get(names.TARGET_MODE_PARAM, "max") == "max" else 1)
+
+
 def choose(jobs: list[JobRecord]) -> dict[float, Choice]:
     """``{batch: Choice}`` for the ok training runs among ``jobs`` (one model, dataset and device),
     by numeric batch. Per batch, its runs grouped by effective lr (4 significant digits); an lr
     counts when every ok run of it reached the target; the chosen one has the fewest steps to target
     (median over repeats, metric ``target/steps``), ties broken by fewer examples
-    (``target/samples``), then the shorter time to target (``time/to_target_s``), then the smaller
-    lr. A batch where no lr reached (or that ran without a target) gets ``lr`` None and all its ok
-    runs — unless it ran at one lr, which is then its lr (``reached`` tells the two apart)."""
+    (``target/samples``), then — since a target is only checked where the runs evaluate, so lrs
+    often tie on both — the better final score on the target's metric, then the shorter time to
+    target (``time/to_target_s``), then the smaller lr. A batch where no lr reached (or that ran
+    without a target) gets ``lr`` None and all its ok runs — unless it ran at one lr, which is then
+    its lr (``reached`` tells the two apart)."""
     by_batch: dict[float, dict[str, list[JobRecord]]] = defaultdict(lambda: defaultdict(list))
     for j in jobs:
         if j.outcome == names.OK and j.batch is not None and names.LR in j.metrics:
@@ -52,12 +64,12 @@ def choose(jobs: list[JobRecord]) -> dict[float, Choice]:
     out = {}
     for batch in sorted(by_batch):
         by_lr = by_batch[batch]
-        reached = [(_median(js, names.TARGET_STEPS), _median(js, names.TARGET_SAMPLES),
+        reached = [(_median(js, names.TARGET_STEPS), _median(js, names.TARGET_SAMPLES), _final(js),
                     _median(js, names.TO_TARGET_S) if all(names.TO_TARGET_S in j.metrics for j in js) else 0.0,
                     float(lr), js)
                    for lr, js in by_lr.items() if all(names.TARGET_STEPS in j.metrics for j in js)]
         if reached:
-            *_, lr, js = min(reached, key=lambda r: r[:4])
+            *_, lr, js = min(reached, key=lambda r: r[:5])
             out[batch] = Choice(batch, lr, js, len(by_lr))
         elif len(by_lr) == 1:
             ((lr, js),) = by_lr.items()

@@ -62,10 +62,11 @@ def _jobs(experiment: str, tracking_uri: str | None, sweep: str | None) -> tuple
 def verdict(experiment: str, *, tracking_uri: str | None = None, sweep: str | None = None):
     """The report's verdict on the jobs :func:`results` returns, as a ``pandas.DataFrame``: one row
     per model × dataset (× ``dataset.train_size``, and every other swept key but batch, repeat, lr
-    and device: column ``group``) × device, with ``best_batch`` and its ``best_lr`` (the lr that
-    reached the target in the fewest steps), ``by`` (``time to target`` or ``samples/s``),
-    ``time_to_target_s``, ``samples_per_s``, ``knee`` (the smallest batch past which doubling gains
-    < 10 % samples/s), ``fits`` (largest batch that fits) and ``fits_how``, ``energy_per_epoch_j``,
+    and device: column ``group``) × device, with ``batches`` (how many ran ok), ``best_batch`` and
+    its ``best_lr`` (the lr that reached the target in the fewest steps), ``by`` (``time to target``
+    or ``samples/s``), ``time_to_target_s``, ``samples_per_s``, ``lr_per_batch`` (the best lr of
+    each batch, where the sweep varied the lr), ``knee`` (the smallest batch past which doubling
+    gains < 10 % samples/s) and ``last_gain`` (the gain per doubling to the largest batch), ``fits`` (largest batch that fits) and ``fits_how``, ``energy_per_epoch_j``,
     ``energy_to_target_j``, ``cost_per_epoch``, ``cost_to_target`` and ``currency`` (where
     ``cost.per_hour`` was given), ``wins`` and ``speedup`` (beside the other devices),
     ``crossover_rows`` (the data size from which the other device wins), ``note`` (why a pick was

@@ -41,7 +41,9 @@ class Finding:
     by: str  # what picked it: "time to target" or "samples/s" ("" when nothing did)
     time_to_target_s: float | None  # at the best batch
     samples_per_s: float | None  # at the best batch (training examples ÷ median epoch time)
+    lr_per_batch: str  # "32: 0.01, 128: 0.03, 512: none reached the target" where the lr was tuned, else ""
     knee: float | None  # smallest batch past which each doubling gains < 10 % samples/s
+    last_gain: float | None  # samples/s gained per doubling between the two largest batches (0.42: 42 %)
     fits: float | None  # largest batch that fits
     fits_how: str  # "task=max_batch", "OOM at <batch>", "all tried fit"
     energy_per_epoch_j: float | None
@@ -92,16 +94,29 @@ def _pick(scores: dict, jobs: dict, lower: bool, what: str) -> tuple:
     return ranked[0], ""
 
 
+def gains(per_batch: dict[float, float]) -> list[float]:
+    """Samples/s gained per doubling of the batch from each batch to the next (``{batch: samples/s}``;
+    a step that is not a doubling is scaled to one: ×4 gaining 30 % is 14 % a doubling)."""
+    batches = sorted(per_batch)
+    return [(per_batch[b2] / per_batch[b1]) ** (1 / math.log2(b2 / b1)) - 1 for b1, b2 in zip(batches, batches[1:])]
+
+
 def knee(per_batch: dict[float, float]) -> float | None:
     """The smallest batch past which every doubling gains less than :data:`KNEE_GAIN` in samples/s
-    (``{batch: samples/s}``; steps between batches that are not doublings are scaled to one);
-    None with fewer than two batches or when the largest batch still gains."""
-    batches = sorted(per_batch)
-    gains = [(per_batch[b2] / per_batch[b1]) ** (1 / math.log2(b2 / b1)) - 1 for b1, b2 in zip(batches, batches[1:])]
-    for i in range(len(gains)):
-        if all(g < KNEE_GAIN for g in gains[i:]):
+    (:func:`gains`); None with fewer than two batches or when the largest batch still gains."""
+    batches, steps = sorted(per_batch), gains(per_batch)
+    for i in range(len(steps)):
+        if all(g < KNEE_GAIN for g in steps[i:]):
             return batches[i]
     return None
+
+
+def _lr_per_batch(choices: dict[float, best_lr.Choice]) -> str:
+    """``32: 0.01, 128: 0.03, 512: none reached the target`` where some batch ran at several lrs."""
+    if all(c.lrs == 1 for c in choices.values()):
+        return ""
+    return ", ".join(f"{b:.0f}: " + (f"{c.lr:.3g}" if c.reached else "none reached the target")
+                     for b, c in choices.items())
 
 
 def _fits(jobs: list[JobRecord], ok_batches: list[float], fits: dict[tuple, int]) -> tuple[float | None, str]:
@@ -153,7 +168,8 @@ def finding(group: str, device: str, jobs: list[JobRecord], fits: dict[tuple, in
         group, first.params.get("model", "?"), first.params.get("dataset", "?"), _size(first), device, len(choices),
         best, choices[best].lr if best is not None else None, by,
         _med([j.metrics[names.TO_TARGET_S] for j in chosen if names.TO_TARGET_S in j.metrics]),
-        per_batch.get(best) if best is not None else None, knee(per_batch), fit, fits_how,
+        per_batch.get(best) if best is not None else None, _lr_per_batch(choices), knee(per_batch),
+        gains(per_batch)[-1] if len(per_batch) > 1 else None, fit, fits_how,
         _med([e for j in chosen if (e := cost.energy_per_epoch(j)) is not None]),
         _med([e for j in chosen if (e := cost.energy_to_target(j)) is not None]),
         _med([m for j in chosen if (m := cost.per_epoch(j)) is not None]),

@@ -23,8 +23,9 @@ def _money(value: float | None, unit: str) -> str:
     return f"{cost.amount(value)}{' ' + unit if unit else ''}"
 
 
-def sentence(f: Finding) -> str:
-    """What one device's runs of a group say: best batch and lr, knee, largest batch, energy, money."""
+def sentence(f: Finding, size: bool = True) -> str:
+    """What one device's runs of a group say: best batch and lr, knee, largest batch, energy, money;
+    led by the device, and by the data size where ``size`` (a group that varies it)."""
     parts = []
     if f.best_batch is not None:
         figure = (f"{f.time_to_target_s:.3g} s to target" if f.by == "time to target"
@@ -36,9 +37,14 @@ def sentence(f: Finding) -> str:
         parts.append("no job ended ok")
     elif not f.note:
         parts.append("no batch to pick: no timings")
+    if f.lr_per_batch:
+        parts.append(f"best lr per batch {f.lr_per_batch}")
     if f.knee is not None:
         parts.append(f"throughput knee at batch {_num(f.knee)} (each doubling past it gains < "
                      f"{100 * KNEE_GAIN:.0f}% samples/s)")
+    elif f.last_gain is not None:
+        parts.append(f"no throughput knee (the doubling to the largest batch still gains {100 * f.last_gain:.0f}% "
+                     "samples/s)")
     if f.fits is not None and (f.batches > 1 or f.fits_how != "all tried fit"):
         parts.append(f"largest batch that fits {_num(f.fits)} ({f.fits_how})")
     elif f.fits_how.startswith("OOM"):
@@ -49,8 +55,8 @@ def sentence(f: Finding) -> str:
     if f.cost_per_epoch is not None:
         to_target = f", {_money(f.cost_to_target, f.currency)} to target" if f.cost_to_target is not None else ""
         parts.append(f"cost {_money(f.cost_per_epoch, f.currency)} per epoch{to_target}")
-    size = f" at {f.train_size:,} rows" if f.train_size is not None else ""
-    text = f"{f.device}{size}: " + "; ".join(parts) + "."
+    rows = f" at {f.train_size:,} rows" if size and f.train_size is not None else ""
+    text = f"{f.device}{rows}: " + "; ".join(parts) + "."
     return text + (f" Note: {f.note}." if f.note else "")
 
 
@@ -74,6 +80,10 @@ def _devices(rows: list[Finding]) -> list[str]:
     return out
 
 
+def _sizes_vary(rows: list[Finding]) -> bool:
+    return len({f.train_size for f in rows}) > 1
+
+
 def paragraphs(rows: list[Finding]) -> list[tuple[str, str]]:
     """``[(group, paragraph)]``: per group, which device wins by how much and the crossover over the
     data size, then a sentence per device and data size."""
@@ -83,7 +93,8 @@ def paragraphs(rows: list[Finding]) -> list[tuple[str, str]]:
     out = []
     for group, fs in groups.items():
         head = f"**{fs[0].model} on {fs[0].dataset}**" + (f" ({group})" if group not in ("all",) else "")
-        out.append((group, " ".join([head + " —", *_devices(fs), *map(sentence, fs)])))
+        sized = _sizes_vary(fs)
+        out.append((group, " ".join([head + " —", *_devices(fs), *(sentence(f, sized) for f in fs)])))
     return out
 
 
@@ -104,13 +115,14 @@ def tag_key(group: str) -> str:
 
 
 def log_to_parent(client: MlflowClient, parent_run_id: str, rows: list[Finding]) -> None:
-    """Set the verdict on the sweep's parent run: tag ``sweeps.verdict`` (every paragraph) and
-    ``sweeps.verdict.<group>`` (one each), cut to MLflow's tag length. Nothing without findings."""
+    """Set the verdict on the sweep's parent run: tag ``sweeps.verdict`` (every paragraph) and,
+    where there are several groups, ``sweeps.verdict.<group>`` (one each), cut to MLflow's tag
+    length. Nothing without findings."""
     found = paragraphs(rows)
     if not found:
         return
     tags = {names.VERDICT_TAG: "\n\n".join(text for _, text in found)}
-    tags.update({tag_key(group): text for group, text in found})
+    tags.update({tag_key(group): text for group, text in found} if len(found) > 1 else {})
     for key, value in tags.items():
         client.set_tag(parent_run_id, key, value[:names.MAX_TAG_VAL_LENGTH])
 
@@ -120,5 +132,6 @@ def frame(rows: list[Finding]):
     :class:`~sweeps.report.verdict.Finding` as columns, plus ``verdict`` (its device's sentence)."""
     import pandas as pd
 
-    return pd.DataFrame([{**asdict(f), "verdict": sentence(f)} for f in rows],
+    sized = {g for g in {f.group for f in rows} if _sizes_vary([f for f in rows if f.group == g])}
+    return pd.DataFrame([{**asdict(f), "verdict": sentence(f, f.group in sized)} for f in rows],
                         columns=[*Finding.__dataclass_fields__, "verdict"])
