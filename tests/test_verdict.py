@@ -143,7 +143,7 @@ def test_study5_verdict_states_the_crossover_and_the_money(study5):
     assert "cuda wins at 100,000 rows: 5.00× cpu (samples/s)." in top
     assert "cost 1.39e-05 USD per epoch" in top  # 2.5 USD/h × 0.02 s
     header = next(line for line in text.splitlines() if line.startswith("| job |"))
-    assert "| cost per epoch [USD] | cost to target [USD] |" in header
+    assert "| cost per epoch [USD] | overhead [s] |" in header  # no target: no cost to target
 
 
 def test_the_verdict_is_on_the_sweeps_parent_run(study5):
@@ -166,7 +166,7 @@ def test_the_verdict_is_on_the_sweeps_parent_run(study5):
     (f,) = verdict.findings(GRID)  # two groups: a tag each besides the whole
     verdict_text.log_to_parent(client, parent, [f, dataclasses.replace(f, group="model=cnn", model="cnn")])
     tags = client.get_run(parent).data.tags
-    assert tags["sweeps.verdict.model:cnn"].startswith("**cnn on mnist10k** (model=cnn) — cpu: best batch 64")
+    assert tags["sweeps.verdict.model:cnn"].startswith("**cnn on mnist10k** — cpu: best batch 64")
     assert tags["sweeps.verdict.all"].startswith("**mlp on mnist10k** — cpu: best batch 64")
     assert tags[names.VERDICT_TAG] == tags["sweeps.verdict.all"] + "\n\n" + tags["sweeps.verdict.model:cnn"]
 
@@ -208,3 +208,15 @@ def test_a_group_whose_jobs_never_ran_says_so_and_inference_jobs_have_no_verdict
     (f,) = verdict.findings([unavailable, inference])
     assert verdict_text.sentence(f) == "cpu: no job ended ok."
     assert verdict_text.markdown(verdict.findings([inference])) == []
+
+
+def test_priced_jobs_with_a_target_get_both_money_columns():
+    from sweeps.report.tables import reference_tables
+
+    priced = [_job(32, 0.1, 250, to_target_s=4.0, params={"cost.per_hour": "3.6", "cost.currency": "EUR"})]
+    (_, table), = reference_tables(priced)
+    header, _, row = table.splitlines()[:3]
+    cells = dict(zip(header.strip("|").split(" | "), row.strip("|").split(" | ")))
+    assert (cells["cost per epoch [EUR]"], cells["cost to target [EUR]"]) == ("0.002", "0.004")  # 3.6/h × 2 s, × 4 s
+    (_, table), = reference_tables([_job(32, 0.1, 250)])
+    assert "cost" not in table

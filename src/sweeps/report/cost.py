@@ -73,6 +73,15 @@ def priced(jobs: Sequence[JobRecord]) -> bool:
     return any(price(j) is not None for j in jobs)
 
 
+KEYS = ("cost per epoch", "cost to target")  # the tables' money columns, before the currency (headers)
+
+
+def columns(jobs: Sequence[JobRecord], target: bool) -> tuple[str, ...]:
+    """The money columns of a table of ``jobs`` (:data:`KEYS`): none unless a job was priced; to
+    target only where a job had a target (``target``)."""
+    return KEYS[:1 + target] if priced(jobs) else ()
+
+
 def headers(jobs: Sequence[JobRecord]) -> tuple[str, str]:
     """The money columns' headers, with the currency where one was named."""
     unit = currency(jobs)

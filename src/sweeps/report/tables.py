@@ -85,7 +85,6 @@ def target_cell(runs: list[JobRecord]) -> str:
 TRAINING_JOBS = "Training jobs"  # the heading of the one table of a sweep with one batch per configuration
 EPOCH_HEADER = "median epoch from 2 [s]"
 TARGET_HEADERS = ("time to target [s]", "epochs to target")
-COST_KEYS = ("cost per epoch", "cost to target")  # headers without the currency (sweeps.report.cost.headers)
 
 
 def _reference_row(batch: float | None, members: list[JobRecord], fits: dict[tuple, int],
@@ -109,7 +108,7 @@ def _reference_row(batch: float | None, members: list[JobRecord], fits: dict[tup
                 "total time": hms(statistics.median(totals)) if totals else "-",
                 TARGET_HEADERS[0]: target_cell(ok), TARGET_HEADERS[1]: _median_spread(col(names.TARGET_EPOCHS), 0),
                 "overhead [s]": _median_spread(col(names.OVERHEAD_S)), "note": _note(ok)})
-    for key, of in zip(COST_KEYS, (cost.per_epoch, cost.to_target)):  # where a price was given
+    for key, of in zip(cost.KEYS, (cost.per_epoch, cost.to_target)):  # where a price was given
         values = [v for v in map(of, ok) if v is not None]
         row[key] = cost.amount(statistics.median(values)) if values else "-"
     for header, (final, _, digits) in QUALITY.items():  # each job under its own kind's header
@@ -157,14 +156,15 @@ def reference_tables(jobs: list[JobRecord], fits: dict[tuple, int] | None = None
         members = [j for *_, js in rows for j in js]
         headers = ["batch", "runs", "lr", "first epoch [s]", EPOCH_HEADER, "total time",
                    *(TARGET_HEADERS if any(has_target(j) for j in members) else ()), *quality_columns(members),
-                   *memory_columns(members), *(COST_KEYS if cost.priced(members) else ()), "overhead [s]", "note"]
+                   *memory_columns(members), *cost.columns(members, any(map(has_target, members))),
+                   "overhead [s]", "note"]
         headers[:0] = ["job"] if title == TRAINING_JOBS else []
         notes, cells, marked = Footnotes(), [], False
         for label, batch, js in rows:
             row, first = _reference_row(batch, js, fits or {}, notes)
             cells.append([label if h == "job" else row.get(h, "") for h in headers])
             marked |= first
-        headers = [dict(zip(COST_KEYS, cost.headers(members))).get(h, h) for h in headers]  # with the currency
+        headers = [dict(zip(cost.KEYS, cost.headers(members))).get(h, h) for h in headers]  # with the currency
         out.append((title, notes.under(with_note(md_table(headers, cells), marked))))
     return out
 

@@ -92,7 +92,8 @@ def paragraphs(rows: list[Finding]) -> list[tuple[str, str]]:
         groups.setdefault(f.group, []).append(f)
     out = []
     for group, fs in groups.items():
-        head = f"**{fs[0].model} on {fs[0].dataset}**" + (f" ({group})" if group not in ("all",) else "")
+        rest = " ".join(p for p in group.split() if not p.startswith(("model=", "dataset="))) if group != "all" else ""
+        head = f"**{fs[0].model} on {fs[0].dataset}**" + (f" ({rest})" if rest else "")
         sized = _sizes_vary(fs)
         out.append((group, " ".join([head + " —", *_devices(fs), *(sentence(f, sized) for f in fs)])))
     return out
