@@ -48,6 +48,9 @@ def _usage_error(in_process, overrides: list[str]) -> str:
     ("optimizer.base_lr=-0.1", "optimizer.base_lr=-0.1", "positive"),
     ("device.threads=0", "device.threads=0", "1 or more torch threads, or null"),
     ("device.malloc_trim_mb=0", "device.malloc_trim_mb=0", "1 to 2047 MB of freed heap to keep, or null"),
+    ("cost.per_hour=cheap", "cost.per_hour='cheap'", "a price ≥ 0 per device-hour"),
+    ("cost.per_hour={cuda:-1}", "cost.per_hour.cuda=-1", "a price ≥ 0 per device-hour"),
+    ("cost.per_hour={gpu:2.5}", "cost.per_hour.gpu: 'gpu' is not a device type", "cpu and/or cuda"),
 ])
 def test_bad_values(in_process, tiny, override, names, hint):
     line = _usage_error(in_process, ["model=mlp", *tiny, override])

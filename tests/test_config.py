@@ -151,6 +151,8 @@ def test_config_hash_covers_only_the_options_fields():
     mnist = _compose(["dataset=mnist"])
     assert config_hash(_compose(["dataset=mnist", "dataset.augment=true"])) != config_hash(mnist)
     assert config_hash(_compose(["dataset=mnist", "dataset.root=/elsewhere"])) == config_hash(mnist)  # IGNORED
+    priced = _compose(["dataset=mnist", "cost.per_hour={cuda:2.5,cpu:0.1}", "cost.currency=USD"])
+    assert config_hash(priced) == config_hash(mnist)  # a price changes no measurement: a done job stays done
     legacy = copy.deepcopy(mnist)  # what the single dataset schema left on it: synthetic's shape
     with open_dict(legacy.dataset):
         legacy.dataset.shape = [3, 32, 32]

@@ -41,6 +41,7 @@ def test_cifar10_batch_scaling_is_study_1():
     ("tabular_cpu_vs_gpu", 8, {"device", "dataset.train_size"}),
     ("smoke", 8, {"+case"}),
     ("offline_mnist", 4, {"model", "batch"}),
+    ("batch_lr_grid", 12, {"batch", "optimizer.lr"}),
     ("diabetes", 2, {"batch"}),
 ])
 def test_preset_expansion(preset, n_jobs, keys):

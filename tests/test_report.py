@@ -248,3 +248,20 @@ def test_the_smoke_presets_report_shows_each_jobs_own_quality_lr_and_reason(tmp_
             assert mark and f"[{mark[1]}] {run.data.tags[names.ERROR_TAG]}" in below
         kinds.add(kind)
     assert kinds == {"accuracy", "RMSE", "unavailable"}  # cifar10 and mnist: no files under ./data here
+
+
+def test_the_verdict_opens_the_report_and_is_on_the_parent_run(batch_sweep):
+    """A real sweep: the verdict names the OOM boundary as the largest batch that fits, and the
+    sweep's end (then the report) set it on the parent run."""
+    from sweeps import names
+
+    cwd, _, text = batch_sweep
+    assert text.index("## Verdict") < text.index("## model=")
+    top = text.split("## Verdict\n\n", 1)[1].split("\n## ", 1)[0]
+    oom = next(p for p in top.split("\n\n") if p.startswith("**oom_above on synthetic**"))
+    assert "largest batch that fits 16 (OOM at 128)" in oom
+    client = store(cwd)
+    (parent,) = client.search_runs([client.get_experiment_by_name("sweeps").experiment_id],
+                                   "tags.`sweeps.kind` = 'sweep'")
+    assert parent.data.tags[names.VERDICT_TAG] == top.strip()
+    assert parent.data.tags["sweeps.verdict.model:oom_above"] == oom.strip()

@@ -2,12 +2,13 @@
 
 In Python: ``sweeps.run(overrides, config_dir=None, multirun=True)`` runs a sweep in-process as
 ``python -m sweeps`` does and returns one record per job; ``sweeps.results(experiment)`` returns
-a ``pandas.DataFrame``, one row per job (:mod:`sweeps.api`). Both are imported on first use, so
+a ``pandas.DataFrame``, one row per job, and ``sweeps.verdict(experiment)`` the report's verdict,
+one row per model × dataset × device (:mod:`sweeps.api`). They are imported on first use, so
 ``import sweeps`` loads neither torch nor MLflow.
 """
 
 __version__ = "0.1.0"
-__all__ = ["run", "results"]
+__all__ = ["run", "results", "verdict"]
 
 
 def __getattr__(name: str):

@@ -1,5 +1,6 @@
 """The Python entry: :func:`run` a sweep in-process exactly as ``python -m sweeps`` does, and
-read any experiment's jobs back as a table with :func:`results` (notebooks, scripts)."""
+read any experiment's jobs back as a table with :func:`results`, its verdict with :func:`verdict`
+(notebooks, scripts)."""
 from __future__ import annotations
 
 import contextlib
@@ -11,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from sweeps.errors import UsageError
-from sweeps.report.results import results, sweep_records
+from sweeps.report.results import results, sweep_records, verdict
 
-__all__ = ["run", "results"]
+__all__ = ["run", "results", "verdict"]
 
 
 def run(overrides: list[str], config_dir: str | None = None, multirun: bool = True) -> list[dict[str, Any]]:

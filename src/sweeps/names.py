@@ -60,7 +60,12 @@ LR_TAG = "lr.source"  # where the job's lr came from: "lr 0.025 = base_lr 0.1 ×
 MAX_BATCH_BOUND_TAG = "max_batch.bound"
 TARGET_TAG = "sweeps.target"  # with a target: "reached", or "missed" (all epochs ran without reaching it)
 TARGET_REACHED, TARGET_MISSED = "reached", "missed"
+TARGET_MODE_PARAM = "target.mode"  # max (reached when ≥ value) or min
 TARGET_METRIC_PARAM = "target.metric"  # the run's param naming its target metric (absent/None: no target)
+LR_PARAMS = ("optimizer.lr", "optimizer.base_lr")  # the params a sweep varies the learning rate by
+COST_PER_HOUR_PARAM, COST_CURRENCY_PARAM = "cost.per_hour", "cost.currency"  # a device's price (params)
+VERDICT_TAG = "sweeps.verdict"  # on a sweep's parent run: the report's verdict, one paragraph per group
+VERDICT_TAG_PREFIX = "sweeps.verdict."  # + a group's label (model:mlp dataset:mnist10k): its paragraph
 TARGET_MODES = ("max", "min")  # target.mode: reached when the metric is ≥ (max) or ≤ (min) the value
 COMPILED_TAG = "compiled"  # compile=true: "true", or "false (why)" — whether the model really ran compiled
 ENV_TAG_PREFIX = "env."  # the machine: env.host, env.gpus, env.torch, ... (sweeps.tracking.env)

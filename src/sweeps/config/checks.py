@@ -92,6 +92,7 @@ def validate(cfg: DictConfig) -> None:
     if cfg.lr_scaling.base_batch <= 0:
         raise UsageError(f"lr_scaling.base_batch={cfg.lr_scaling.base_batch} is not valid: use a positive integer")
     _validate_target(cfg.target)
+    _validate_cost(cfg.cost)
     for key in ("train_size", "test_size"):
         value = cfg.dataset[key]
         if value is not None and value <= 0:
@@ -112,6 +113,21 @@ def _validate_target(target: DictConfig) -> None:
                          f"test/loss, train/loss, ... ({example})")
     if target.mode not in names.TARGET_MODES:
         raise UsageError(f"target.mode={target.mode!r} is unknown: use max (reached when ≥ value) or min (≤ value)")
+
+
+def _validate_cost(cost: DictConfig) -> None:
+    """``cost.per_hour``: null, a positive number, or a mapping of device types (cpu, cuda) to one."""
+    per_hour, example = cost.per_hour, "e.g. cost.per_hour=2.5 or cost.per_hour={cuda:2.5,cpu:0.1}"
+    prices = dict(per_hour) if isinstance(per_hour, DictConfig) else {"": per_hour}
+    for device, price in prices.items():
+        key = f"cost.per_hour.{device}" if device else "cost.per_hour"
+        if device and device not in ("cpu", "cuda"):
+            raise UsageError(f"{key}: {device!r} is not a device type: price cpu and/or cuda ({example})")
+        if price is None and not device:
+            return
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+            raise UsageError(f"{key}={price!r} is not valid: use a price ≥ 0 per device-hour ({example}), "
+                             "or null for no money figures")
 
 
 def _validate_ddp(cfg: DictConfig) -> None:

@@ -83,6 +83,14 @@ class TargetConfig:
 
 
 @dataclass
+class CostConfig:
+    # price of one hour of a device: a number for every device, or {cpu: 0.1, cuda: 2.5} per device type;
+    # None: no money figures (sweeps.report.cost). Checked by sweeps.config.checks.validate.
+    per_hour: Any = None
+    currency: Optional[str] = None  # a label shown after sums of money, e.g. USD (None: none shown)
+
+
+@dataclass
 class Config:
     # Groups: a closed group's option brings its own schema (schema/<group>/<option>); a _target_
     # group's node is its target's arguments plus sweeps' own keys (sweeps.config.targets). A type
@@ -113,6 +121,7 @@ class Config:
     channels_last: bool = False  # NHWC memory format for convolutional models (and their input batches)
     max_batch: MaxBatchConfig = field(default_factory=MaxBatchConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
 
 
 def _copy_sharing_the_store(source: ConfigSource, memo: dict) -> ConfigSource:

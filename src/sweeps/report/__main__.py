@@ -18,7 +18,7 @@ from typing import Sequence
 from mlflow import MlflowClient
 
 from sweeps import names
-from sweeps.report import compare, compare_tables, plots
+from sweeps.report import best_lr, compare, compare_tables, plots, verdict, verdict_text
 from sweeps.report.runs import find_sweep, history, load_jobs, max_batches, resolve_experiment, varied_keys
 from sweeps.report.tables import (COMPARE_KEYS, comparison, inference_table, max_batch_table, reference_tables,
                                   scaling_efficiency)
@@ -39,7 +39,11 @@ def write_report(client: MlflowClient, parent, out: Path) -> Path:
              f"- machine: {tag(names.ENV_CPU)} ({tag(names.ENV_CORES)} cores, {tag(names.ENV_RAM_GB)} GB),"
              f" GPUs: {tag(names.ENV_GPUS)}; torch {tag(names.ENV_TORCH)}, commit {tag(names.ENV_GIT_COMMIT)[:12]}",
              f"- generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", ""]
-    for label, table in reference_tables(jobs, max_batches(client, parent.info.experiment_id)):
+    fits = max_batches(client, parent.info.experiment_id)
+    findings = verdict.findings(jobs, fits)
+    lines += verdict_text.markdown(findings)
+    verdict_text.log_to_parent(client, parent.info.run_id, findings)
+    for label, table in reference_tables(jobs, fits):
         lines += [f"## {label}", "", table, ""]
     if (table := max_batch_table(jobs)) is not None:
         lines += ["## Largest batch that fits", "", table, ""]
@@ -55,7 +59,8 @@ def write_report(client: MlflowClient, parent, out: Path) -> Path:
                                                         out / "epoch_time_vs_batch.png", logy=True)),
         ("Accuracy vs batch size", plots.versus_batch(jobs, names.FINAL_ACC, "test accuracy",
                                                       out / "accuracy_vs_batch.png")),
-        ("Steps and examples to target vs batch size", plots.to_target(jobs, out / "to_target.png")),
+        ("Steps and examples to target vs batch size", _to_target(jobs, out / "to_target.png")),
+        ("Best learning rate vs batch size", best_lr.figure(jobs, out / "best_lr_vs_batch.png")),
         ("Phase breakdown per iteration", plots.phase_breakdown(jobs, out / "phases.png")),
         ("Energy per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), names.GPU_ENERGY_J,
                                              "energy per epoch [J]", out / "energy_per_epoch.png")),
@@ -70,6 +75,14 @@ def write_report(client: MlflowClient, parent, out: Path) -> Path:
     report.write_text("\n".join(lines))
     client.log_artifacts(parent.info.run_id, str(out), "report")
     return report
+
+
+def _to_target(jobs, path: Path) -> Path | None:
+    """The steps-to-target figure, each batch at its best lr where the sweep varies the lr."""
+    if not best_lr.varies_lr(jobs):
+        return plots.to_target(jobs, path)
+    kept, marks = best_lr.tuned(jobs)
+    return plots.to_target(kept, path, best_lr.EXCLUDE, marks)
 
 
 def _compare(client: MlflowClient, args: argparse.Namespace) -> int:

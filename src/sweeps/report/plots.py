@@ -180,18 +180,21 @@ def grouped_phases(cells: dict[str, dict[str, list[float]]], groups: list[str], 
     return _save(fig, path)
 
 
-def to_target(jobs: list[JobRecord], path: Path) -> Path | None:
+def to_target(jobs: list[JobRecord], path: Path, exclude: tuple[str, ...] = ("batch", "repeat"),
+              marks: dict[tuple[str, float], float] | None = None) -> Path | None:
     """Steps and examples to the target quality against batch size, log–log, one line per
-    model/device (every swept key but batch and repeat): the median over repeats with [min, max]
+    model/device (every swept key but ``exclude``): the median over repeats with [min, max]
     bars, and the perfect-scaling reference through the smallest batch — steps × batch constant,
     i.e. examples constant (Shallue et al. 2019, "Measuring the Effects of Data Parallelism on
-    Neural Network Training", Fig. 1). A batch whose runs all missed the target is marked."""
+    Neural Network Training", Fig. 1). A batch whose runs all missed the target is marked; with
+    ``marks`` (``{(label, batch): lr}``: the lr tuned per batch, :func:`sweeps.report.best_lr.tuned`)
+    each point is labelled with its lr."""
     groups: dict[str, dict[float, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     missed: dict[str, set[float]] = defaultdict(set)
     for j in jobs:
         if j.outcome != "ok" or j.batch is None:
             continue
-        label = j.label(exclude=("batch", "repeat"))
+        label = j.label(exclude=exclude)
         if names.TARGET_STEPS in j.metrics:
             groups[label][j.batch].append((j.metrics[names.TARGET_STEPS], j.metrics[names.TARGET_SAMPLES]))
         elif j.tags.get(names.TARGET_TAG) == names.TARGET_MISSED:
@@ -210,6 +213,10 @@ def to_target(jobs: list[JobRecord], path: Path) -> Path | None:
                                marker="o", capsize=3, label=label)[0]
             ref = [mid[0] * batches[0] / b for b in batches] if i == 0 else [mid[0]] * len(batches)
             ax.plot(batches, ref, ls="--", color=line.get_color(), alpha=0.5)
+            for b, m in zip(batches, mid):
+                if (label, b) in (marks or {}):
+                    ax.annotate(f"lr {marks[label, b]:.3g}", (b, m), textcoords="offset points", xytext=(4, 4),
+                                fontsize=7, color=line.get_color())
             for b in missed.get(label, ()):
                 ax.axvline(b, color=line.get_color(), ls=":", alpha=0.7)
                 ax.annotate("missed", (b, 1), xycoords=("data", "axes fraction"), ha="center", va="bottom",
@@ -222,5 +229,6 @@ def to_target(jobs: list[JobRecord], path: Path) -> Path | None:
         ax.set_xlabel("batch size")
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3, which="both")
-    axes[0].legend(fontsize=8, title="dashed: perfect scaling", title_fontsize=8)
+    title = "dashed: perfect scaling" + ("; each batch at its best lr" if marks else "")
+    axes[0].legend(fontsize=8, title=title, title_fontsize=8)
     return _save(fig, path)

@@ -1,6 +1,6 @@
 """A sweep's jobs as a table for Python users: :func:`results` (a ``pandas.DataFrame``, one row
-per job, the report's columns) and :func:`job_record` (one row as a dict), from the same MLflow
-runs the report reads."""
+per job, the report's columns), :func:`verdict` (the report's verdict, one row per model × dataset
+× device) and :func:`job_record` (one row as a dict), from the same MLflow runs the report reads."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,7 +8,7 @@ from typing import Any
 from mlflow import MlflowClient
 
 from sweeps import names
-from sweeps.report.runs import JobRecord, job_from_run
+from sweeps.report.runs import JobRecord, job_from_run, max_batches
 from sweeps.report.selection import Selection, select_jobs
 from sweeps.tracking import store
 
@@ -48,12 +48,39 @@ def results(experiment: str, *, tracking_uri: str | None = None, sweep: str | No
     """
     import pandas as pd
 
+    return pd.DataFrame([job_record(j) for j in _jobs(experiment, tracking_uri, sweep)[1]])
+
+
+def _jobs(experiment: str, tracking_uri: str | None, sweep: str | None) -> tuple[MlflowClient, list[JobRecord]]:
     client = store.open_client(store.resolve_uri(tracking_uri, create=False))  # a sweep may be creating it
     try:
-        jobs = select_jobs(client, Selection(experiments=[experiment], sweeps=[sweep] if sweep else []))
+        return client, select_jobs(client, Selection(experiments=[experiment], sweeps=[sweep] if sweep else []))
     except ValueError as e:  # the selection's own one-line message
         raise LookupError(str(e)) from None
-    return pd.DataFrame([job_record(j) for j in jobs])
+
+
+def verdict(experiment: str, *, tracking_uri: str | None = None, sweep: str | None = None):
+    """The report's verdict on the jobs :func:`results` returns, as a ``pandas.DataFrame``: one row
+    per model × dataset (× ``dataset.train_size``, and every other swept key but batch, repeat, lr
+    and device: column ``group``) × device, with ``batches`` (how many ran ok), ``best_batch`` and
+    its ``best_lr`` (the lr that reached the target in the fewest steps), ``by`` (``time to target``
+    or ``samples/s``), ``time_to_target_s``, ``samples_per_s``, ``lr_per_batch`` (the best lr of
+    each batch, where the sweep varied the lr), ``knee`` (the smallest batch past which doubling
+    gains < 10 % samples/s) and ``last_gain`` (the gain per doubling to the largest batch), ``fits`` (largest batch that fits) and ``fits_how``, ``energy_per_epoch_j``,
+    ``energy_to_target_j``, ``cost_per_epoch``, ``cost_to_target`` and ``currency`` (where
+    ``cost.per_hour`` was given), ``wins`` and ``speedup`` (beside the other devices),
+    ``crossover_rows`` (the data size from which the other device wins), ``note`` (why a pick was
+    not made, or noise) and ``verdict`` (the sentence the report prints); None where there is
+    nothing to say it (:class:`sweeps.report.verdict.Finding`).
+
+    Raises:
+        LookupError: no such store, experiment or sweep, or no job in it (one line saying what exists).
+    """
+    from sweeps.report import verdict as findings, verdict_text
+
+    client, jobs = _jobs(experiment, tracking_uri, sweep)
+    fits = max_batches(client, client.get_experiment_by_name(experiment).experiment_id)
+    return verdict_text.frame(findings.findings(jobs, fits))
 
 
 def sweep_records(tracking_uri: str, parent_run_id: str) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ import statistics
 from typing import Sequence
 
 from sweeps import names
+from sweeps.report import cost
 from sweeps.report.columns import (CPU_MEMORY, GPU_MEMORY, QUALITY, Footnotes, lr_cell, memory, memory_columns,
                                    quality, quality_columns)
 from sweeps.report.runs import JobRecord, memory_key
@@ -107,6 +108,9 @@ def _reference_row(batch: float | None, members: list[JobRecord], fits: dict[tup
                 "total time": hms(statistics.median(totals)) if totals else "-",
                 TARGET_HEADERS[0]: target_cell(ok), TARGET_HEADERS[1]: _median_spread(col(names.TARGET_EPOCHS), 0),
                 "overhead [s]": _median_spread(col(names.OVERHEAD_S)), "note": _note(ok)})
+    for key, of in zip(cost.KEYS, (cost.per_epoch, cost.to_target)):  # where a price was given
+        values = [v for v in map(of, ok) if v is not None]
+        row[key] = cost.amount(statistics.median(values)) if values else "-"
     for header, (final, _, digits) in QUALITY.items():  # each job under its own kind's header
         if kind := [j for j in ok if quality(j) == header]:
             row[header] = _median_spread(col(final, kind), digits)
@@ -135,7 +139,8 @@ def reference_tables(jobs: list[JobRecord], fits: dict[tuple, int] | None = None
     in place of the times — an OOM as ``OOM (fits up to N)`` when ``fits``
     (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits — marked ``[n]``,
     with their reason (tag ``error``) in full under the table (:class:`Footnotes`). Jobs with a
-    target add ``time to target [s]`` (:func:`target_cell`) and ``epochs to target``."""
+    target add ``time to target [s]`` (:func:`target_cell`) and ``epochs to target``; jobs with a
+    price (``cost.per_hour``) add ``cost per epoch`` and ``cost to target`` (:mod:`sweeps.report.cost`)."""
     groups: dict[str, dict[float | None, list[JobRecord]]] = {}
     for j in jobs:
         if names.INFER_MEDIAN_MS not in j.metrics and j.params.get("task") not in ("inference", "max_batch"):
@@ -151,13 +156,15 @@ def reference_tables(jobs: list[JobRecord], fits: dict[tuple, int] | None = None
         members = [j for *_, js in rows for j in js]
         headers = ["batch", "runs", "lr", "first epoch [s]", EPOCH_HEADER, "total time",
                    *(TARGET_HEADERS if any(has_target(j) for j in members) else ()), *quality_columns(members),
-                   *memory_columns(members), "overhead [s]", "note"]
+                   *memory_columns(members), *cost.columns(members, any(map(has_target, members))),
+                   "overhead [s]", "note"]
         headers[:0] = ["job"] if title == TRAINING_JOBS else []
         notes, cells, marked = Footnotes(), [], False
         for label, batch, js in rows:
             row, first = _reference_row(batch, js, fits or {}, notes)
             cells.append([label if h == "job" else row.get(h, "") for h in headers])
             marked |= first
+        headers = [dict(zip(cost.KEYS, cost.headers(members))).get(h, h) for h in headers]  # with the currency
         out.append((title, notes.under(with_note(md_table(headers, cells), marked))))
     return out
 

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("sweeps")
 
 # Keys that do not change what a job measures: where things are logged or stored, how the
-# console looks, and whether to resume. Everything else (num_workers too: it changes timings) counts.
-IGNORED = ("mlflow", "log_every_s", "telemetry", "resume", "checkpoint", "dataset.root",
+# console looks, whether to resume, and the price the report puts on device time. Everything else
+# (num_workers too: it changes timings) counts.
+IGNORED = ("mlflow", "log_every_s", "telemetry", "resume", "checkpoint", "cost", "dataset.root",
            "dataset.download", "dataset.if_missing")
 # Keys added after runs were stored, at their default: not hashed, so an upgrade does not make a
 # done job look new (it is still skipped or resumed); set to anything else they count.

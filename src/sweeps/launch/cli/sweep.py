@@ -39,6 +39,20 @@ def swept_keys(config: DictConfig) -> list[str]:
     return keys + [k for k in params if k not in keys]
 
 
+def record_verdict(client: MlflowClient, parent_run_id: str, experiment_id: str, children: list) -> None:
+    """Set the report's verdict on the parent run (tags ``sweeps.verdict``, ``sweeps.verdict.<group>``:
+    :mod:`sweeps.report.verdict`), so the MLflow UI's run table shows it without a report. Never
+    raises: the sweep's result stands without it, and ``python -m sweeps.report`` writes it again."""
+    try:
+        from sweeps.report import runs, verdict, verdict_text
+
+        jobs = [runs.job_from_run(r) for r in children]
+        findings = verdict.findings(jobs, runs.max_batches(client, experiment_id))
+        verdict_text.log_to_parent(client, parent_run_id, findings)
+    except Exception as e:  # noqa: BLE001 (a verdict is never worth failing the sweep)
+        log.warning("MLflow: the sweep run %s got no verdict (%s)", parent_run_id, describe(e))
+
+
 def describe_sweep(client: MlflowClient, parent_run_id: str, children: list, summary: str, swept: list[str]) -> None:
     """Give the parent run what its jobs share as params (:func:`sweeps.tracking.naming.shared_params`,
     in batches of 100, MLflow's limit per call) and its summary in the description. Never raises:
@@ -176,6 +190,7 @@ class SweepCallback(Callback):
         children = store.child_runs(client, experiment_id, parent)
         text = print_summary(client, children, parent)
         describe_sweep(client, parent, children, text, swept_keys(config))
+        record_verdict(client, parent, experiment_id, children)
         # from MLflow, not this process's counters: with joblib/submitit the jobs ran elsewhere
         outcome.note_sweep_errors(sum(r.data.tags.get(names.OUTCOME_TAG) == outcome.ERROR for r in children))
         tags = client.get_run(parent).data.tags
