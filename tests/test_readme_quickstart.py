@@ -42,6 +42,10 @@ def _check_sweep(out: str, sample: list[str], jobs: int, cwd) -> None:
     assert columns == [re.split(r"\s{2,}", next(line for line in sample if line.startswith("job ")).strip())], \
         "the summary's columns differ from the README's"  # widths follow the values
     assert re.search(rf"^{jobs} job\(s\): \d ok", out, re.M) and any(re.match(r"8 job\(s\): \d ok", s) for s in sample)
+    verdict = "Verdict (tag sweeps.verdict on the sweep's run):"
+    assert verdict in sample and verdict in out
+    assert "mlp on cifar10 (case=mlp_cifar10) — cpu: no job ended ok." in sample
+    assert "mlp on cifar10 (case=mlp_cifar10) — cpu: no job ended ok." in out.splitlines()
     assert re.search(r"^  report     python -m sweeps\.report --experiment smoke --run-id [0-9a-f]{32}$", out, re.M)
     assert f"  MLflow UI  mlflow ui --backend-store-uri sqlite:///{cwd}/mlruns/mlflow.db" in out
 

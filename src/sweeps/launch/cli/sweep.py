@@ -23,6 +23,7 @@ from sweeps.launch.job.summary import print_summary
 from sweeps.launch.process import outcome, parent_run, signals
 from sweeps.state import current
 from sweeps.tracking import store, store_processes
+from sweeps.tracking.console import wrap
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -41,16 +42,22 @@ def swept_keys(config: DictConfig) -> list[str]:
 
 def record_verdict(client: MlflowClient, parent_run_id: str, experiment_id: str, children: list) -> None:
     """Set the report's verdict on the parent run (tags ``sweeps.verdict``, ``sweeps.verdict.<group>``:
-    :mod:`sweeps.report.verdict`), so the MLflow UI's run table shows it without a report. Never
-    raises: the sweep's result stands without it, and ``python -m sweeps.report`` writes it again."""
+    :mod:`sweeps.report.verdict`), so the MLflow UI's run table shows it without a report, and print
+    it under the summary. Never raises: the sweep's result stands without it, and
+    ``python -m sweeps.report`` writes it again."""
     try:
         from sweeps.report import runs, verdict, verdict_text
 
         jobs = [runs.job_from_run(r) for r in children]
         findings = verdict.findings(jobs, runs.max_batches(client, experiment_id))
         verdict_text.log_to_parent(client, parent_run_id, findings)
+        found = verdict_text.paragraphs(findings)
     except Exception as e:  # noqa: BLE001 (a verdict is never worth failing the sweep)
         log.warning("MLflow: the sweep run %s got no verdict (%s)", parent_run_id, describe(e))
+        return
+    if found:
+        text = "\n".join(wrap(paragraph.replace("**", ""), indent="  ") for _, paragraph in found)
+        print(f"\nVerdict (tag {names.VERDICT_TAG} on the sweep's run):\n{text}", flush=True)
 
 
 def describe_sweep(client: MlflowClient, parent_run_id: str, children: list, summary: str, swept: list[str]) -> None:
