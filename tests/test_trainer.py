@@ -85,6 +85,26 @@ def test_regression_targets_from_python_floats_train_against_the_outputs_shape()
     assert trainer.evaluate([(x, y)])["test/loss"] == pytest.approx(right, rel=1e-6)
 
 
+@pytest.mark.parametrize("loss", [None, "torch.nn.L1Loss"])  # loss=auto's MSE, and a loss that is not the MSE
+def test_the_test_rmse_is_the_root_of_the_mean_squared_error_over_unequal_batches(loss):
+    from omegaconf import OmegaConf
+
+    from sweeps.train.losses import make_loss
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    spec = DataSpec((4,), 2, "regression", target_scale=3.0)
+    data = [(torch.randn(b, 4), torch.randn(b, 2)) for b in (5, 2, 7)]
+    trainer = Trainer(model, spec, torch.optim.SGD(model.parameters(), lr=0.0), None, CPU,
+                      loss_fn=make_loss(OmegaConf.create({"_target_": loss}), spec))
+    with torch.no_grad():
+        errors = torch.cat([model(x) - y for x, y in data])
+        losses = [trainer.loss_fn(model(x), y).item() * len(x) for x, y in data]
+    out = trainer.evaluate(data)
+    assert out["test/rmse"] == pytest.approx(errors.square().mean().sqrt().item() * 3.0, rel=1e-6)
+    assert out["test/loss"] == pytest.approx(sum(losses) / 14, rel=1e-6)
+
+
 def test_peak_memory_is_read_at_most_every_tenth_of_a_second_and_exactly_after_the_last_epoch():
     """``mem/epoch_peak_mb`` is a running peak: reading it costs (CUDA's memory_stats builds a dict
     of ~160 figures, 0.4 ms an epoch on an H200 VM beside 2.4-ms epochs), so fit reads it at most
