@@ -67,6 +67,28 @@ def test_every_training_pass_runs_in_training_mode_after_an_evaluation():
     assert model.modes == [(True, True), (True, True), (False, False), (True, True), (True, True)]
 
 
+def test_a_model_with_its_own_train_method_is_switched_through_it():
+    class FrozenNorm(nn.Module):  # a fine-tuning idiom: its batch norm stays in eval mode when trained
+        def __init__(self):
+            super().__init__()
+            self.norm, self.fc = nn.BatchNorm1d(4), nn.Linear(4, 3)
+
+        def train(self, mode: bool = True):
+            super().train(mode)
+            self.norm.eval()
+            return self
+
+        def forward(self, x):
+            return self.fc(self.norm(x))
+
+    model = FrozenNorm()
+    trainer = _trainer(model)
+    trainer.train_epoch(_batches([3]), "t")
+    assert model.training and model.fc.training and not model.norm.training
+    trainer.evaluate(_batches([3]))
+    assert not model.training and not model.fc.training
+
+
 def test_regression_targets_from_python_floats_train_against_the_outputs_shape():
     """A user's dataset returning Python floats gives float64 targets of shape (B,): the loss is
     the mean squared error against (B, 1) outputs, not MSELoss's (B, B) broadcast, and the backward
