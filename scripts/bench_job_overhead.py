@@ -4,6 +4,7 @@ defaults) against a hand-written loop on the same data, in the same run. Prints 
 their spread (min / median / max over ``--repeats``); asserts nothing.
 
     python scripts/bench_job_overhead.py [--repeats 3] [--epochs 10000] [--only study5,study4,startup]
+    python scripts/bench_job_overhead.py --only default   # a user's small tabular job at sweeps' defaults
     python scripts/bench_job_overhead.py --device cuda --only study5,study4   # the presets' GPU jobs, hand loops on the GPU
     # study5-every-epoch: study 5 with every epoch in the MLflow series (the preset's stride undone), for comparison
     # study5-threads1, study5-threads2: study 5 with device.threads=1 or 2 (job and hand loop alike)
@@ -21,6 +22,12 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
   100 to 2,000; printed too as the ratio of the two windows' median cost between consecutive
   series points (every 50 epochs at the preset), which a cost that grows with the epochs moves
   and a stall of a few seconds (this VM's speed drifts by tens of % within a minute) does not.
+- default (``+experiment=diabetes batch=full``, CPU, every other setting sweeps' default: each
+  epoch evaluated, the MLflow series at ``mlflow.series_points``): a user's small tabular job (the
+  10-16-32-16-1 regressor on scikit-learn's diabetes rows, 354 for training, ~1-ms epochs) against
+  a hand loop on the same tensors (``sweeps.data.builtin.diabetes``): Adam 0.01, full batch,
+  ``loss.item()`` each epoch, no evaluation. Marginal cost per epoch and flatness as study 5's.
+  Target ≤ 1.25×.
 - study 4 (``+experiment=mnist_devices device=cpu``: MLP 784-1000-1000-10, batch 100, Adam): the
   MNIST test split the repo holds, examples/data (10,000 real digits, used as both splits: the
   training split is not on this machine) — median epoch vs a bare loop over the same tensors (target ≤ 1.05×),
@@ -133,25 +140,71 @@ def _hand_loop_study5(epochs: int, eval_every: int) -> float:
 def study5(repeats: int, epochs: int, extra: list[str] | None = None, label: str = "preset defaults") -> None:
     """Marginal ms/epoch of ``python -m sweeps`` (:func:`study5_args` + ``extra``) and of the hand loop, each
     repeat measured back to back; flatness from the run's ``time/elapsed_s`` series."""
-    extra = extra or []
     print(f"\n## study 5 ({label}): {epochs} epochs, full batch, {DEVICE.type} — marginal cost per epoch")
-    STUDY5 = study5_args()
+    marginal(repeats, epochs, study5_args(), "tabular_cpu_vs_gpu", hand_loop_study5, extra or [])
+
+
+def default_args() -> list[str]:
+    """The ``default`` case's overrides: a user's small tabular job, every other setting sweeps' default."""
+    return ["+experiment=diabetes", "batch=full"]
+
+
+def hand_loop_default(epochs: int, eval_every: int, threads: int) -> float:
+    """Seconds for ``epochs`` epochs of the diabetes job written by hand (the same tensors, model,
+    optimizer; ``loss.item()`` each epoch as a hand loop prints or keeps it; no evaluation, whatever
+    ``eval_every``), with ``threads`` torch threads."""
+    from sweeps.data.builtin import diabetes
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        train, _, spec = diabetes()
+        x, y = train.tensors
+        torch.manual_seed(0)
+        model = MLP(spec.in_shape, 1, hidden=[16, 32, 16])
+        opt, loss_fn = torch.optim.Adam(model.parameters(), lr=0.01), torch.nn.MSELoss()
+        model.train()
+        t0 = time.perf_counter()
+        for _ in range(epochs):
+            loss = loss_fn(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss.item()
+        return time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(before)
+
+
+def default(repeats: int, epochs: int) -> None:
+    """The ``default`` case (module docstring): :func:`default_args` vs :func:`hand_loop_default`."""
+    print(f"\n## default settings: a small tabular job, {epochs} epochs, full batch, cpu — marginal cost per epoch")
+    if DEVICE.type != "cpu":
+        print("skipped: the default case runs on the CPU (the preset's device)")
+        return
+    marginal(repeats, epochs, default_args(), "diabetes", hand_loop_default, [])
+
+
+def marginal(repeats: int, epochs: int, base: list[str], experiment: str, hand_loop, extra: list[str]) -> None:
+    """Marginal ms/epoch of ``python -m sweeps BASE EXTRA`` (runs of ``experiment``) and of
+    ``hand_loop(epochs, eval_every, threads)`` → s, each repeat measured back to back; flatness from
+    the run's ``time/elapsed_s`` series."""
     composed = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); "
                                "from conftest import compose; from sweeps.tracking.series import stride_of_config; "
                                "c = compose(%r); print(c.eval.every_epochs, stride_of_config(c), c.device.threads or 0)"
-                               % [*STUDY5, *extra, f"epochs={epochs}"]],
+                               % [*base, *extra, f"epochs={epochs}"]],
                               cwd=REPO, env=ENV, capture_output=True, text=True, check=True).stdout.split()
     eval_every, series_every = int(composed[0]), int(composed[1])
     threads = int(composed[2]) or torch.get_num_threads()  # the hand loop runs with the job's torch threads
-    print("command:", "python -m sweeps", " ".join([*STUDY5, *extra]), f"epochs={epochs}",
+    print("command:", "python -m sweeps", " ".join([*base, *extra]), f"epochs={epochs}",
           f"(eval.every_epochs={eval_every}, MLflow series every {series_every} epochs, "
           f"device.threads={composed[2] if composed[2] != '0' else 'null'}; hand loop: {threads} torch thread(s))")
     ours, hand, flat, flat_median = [], [], [], []
     if DEVICE.type == "cuda":
-        hand_loop_study5(200, eval_every, threads)  # unmeasured: CUDA context, cuBLAS handles, first kernels
+        hand_loop(200, eval_every, threads)  # unmeasured: CUDA context, cuBLAS handles, first kernels
 
     def marginal_hand() -> float:
-        walls = {n: hand_loop_study5(n, eval_every, threads) for n in (100, epochs)}
+        walls = {n: hand_loop(n, eval_every, threads) for n in (100, epochs)}
         return (walls[epochs] - walls[100]) / (epochs - 100)
 
     # the VM's speed drifts by tens of % within minutes (docs/methodology.md): each repeat's hand loop
@@ -162,9 +215,9 @@ def study5(repeats: int, epochs: int, extra: list[str] | None = None, label: str
         walls = {}
         for n in (100, epochs):
             with tempfile.TemporaryDirectory() as tmp:
-                walls[n], client = sweeps_job([*STUDY5, *extra, f"epochs={n}"], Path(tmp))
+                walls[n], client = sweeps_job([*base, *extra, f"epochs={n}"], Path(tmp))
                 if n == epochs:
-                    run = last_run(client, "tabular_cpu_vs_gpu")
+                    run = last_run(client, experiment)
                     elapsed = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "time/elapsed_s")}
                     mid = min(2000, epochs // 2)
                     at = {k: elapsed[max(s for s in elapsed if s <= k)] for k in (100, mid, epochs)}  # series points
@@ -314,7 +367,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=10_000)
-    ap.add_argument("--only", default="study5,study4,startup")
+    ap.add_argument("--only", default="study5,study4,startup", help="comma-separated: default, study5, study4, "
+                    "startup, study5-every-epoch, study5-threads1, study5-threads2, study5-extra")
     ap.add_argument("--study4-epochs", type=int, default=10, help="at least 3 (the ratio from epoch 3 on)")
     ap.add_argument("--study4-glibc-default", action="store_true",
                     help=f"study 4: each repeat also runs the job with {GLIBC_DEFAULT}, for comparison")
@@ -336,6 +390,8 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.2f}"
           + (f"; GPU {torch.cuda.get_device_name(DEVICE)}, driver {fp.get('nvidia_driver')}" if DEVICE.type == "cuda" else ""))
     parts = args.only.split(",")
+    if "default" in parts:
+        default(args.repeats, args.epochs)
     if "study5" in parts:
         study5(args.repeats, args.epochs)
     if "study5-every-epoch" in parts:  # the same with every epoch in the MLflow series: what the preset's setting saves

@@ -67,6 +67,28 @@ def test_every_training_pass_runs_in_training_mode_after_an_evaluation():
     assert model.modes == [(True, True), (True, True), (False, False), (True, True), (True, True)]
 
 
+def test_a_model_with_its_own_train_method_is_switched_through_it():
+    class FrozenNorm(nn.Module):  # a fine-tuning idiom: its batch norm stays in eval mode when trained
+        def __init__(self):
+            super().__init__()
+            self.norm, self.fc = nn.BatchNorm1d(4), nn.Linear(4, 3)
+
+        def train(self, mode: bool = True):
+            super().train(mode)
+            self.norm.eval()
+            return self
+
+        def forward(self, x):
+            return self.fc(self.norm(x))
+
+    model = FrozenNorm()
+    trainer = _trainer(model)
+    trainer.train_epoch(_batches([3]), "t")
+    assert model.training and model.fc.training and not model.norm.training
+    trainer.evaluate(_batches([3]))
+    assert not model.training and not model.fc.training
+
+
 def test_regression_targets_from_python_floats_train_against_the_outputs_shape():
     """A user's dataset returning Python floats gives float64 targets of shape (B,): the loss is
     the mean squared error against (B, 1) outputs, not MSELoss's (B, B) broadcast, and the backward
@@ -83,6 +105,26 @@ def test_regression_targets_from_python_floats_train_against_the_outputs_shape()
     rec = trainer.train_epoch([(x, y)], "t")
     assert rec["train/loss"] == pytest.approx(right, rel=1e-6) and right != pytest.approx(broadcast, rel=1e-3)
     assert trainer.evaluate([(x, y)])["test/loss"] == pytest.approx(right, rel=1e-6)
+
+
+@pytest.mark.parametrize("loss", [None, "torch.nn.L1Loss"])  # loss=auto's MSE, and a loss that is not the MSE
+def test_the_test_rmse_is_the_root_of_the_mean_squared_error_over_unequal_batches(loss):
+    from omegaconf import OmegaConf
+
+    from sweeps.train.losses import make_loss
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    spec = DataSpec((4,), 2, "regression", target_scale=3.0)
+    data = [(torch.randn(b, 4), torch.randn(b, 2)) for b in (5, 2, 7)]
+    trainer = Trainer(model, spec, torch.optim.SGD(model.parameters(), lr=0.0), None, CPU,
+                      loss_fn=make_loss(OmegaConf.create({"_target_": loss}), spec))
+    with torch.no_grad():
+        errors = torch.cat([model(x) - y for x, y in data])
+        losses = [trainer.loss_fn(model(x), y).item() * len(x) for x, y in data]
+    out = trainer.evaluate(data)
+    assert out["test/rmse"] == pytest.approx(errors.square().mean().sqrt().item() * 3.0, rel=1e-6)
+    assert out["test/loss"] == pytest.approx(sum(losses) / 14, rel=1e-6)
 
 
 def test_peak_memory_is_read_at_most_every_tenth_of_a_second_and_exactly_after_the_last_epoch():

@@ -225,12 +225,55 @@ def test_the_series_stride_is_the_round_number_that_keeps_it_under_series_points
     assert stride_of_run(params) == stride  # a replay after the job's death agrees (None logs as "None")
 
 
+@pytest.mark.parametrize("eval_every, stride", [
+    (1, 50), (25, 50), (100, 50),  # the stride lands on evaluations, or each evaluation on it: as is
+    (7, 35), (3, 60), (40, 40),  # neither: eval_every × 1, 2, 5, … (31.25 rounded up on the evaluations)
+])
+def test_a_capped_stride_lands_on_evaluated_epochs(eval_every, stride):
+    # 10,000 epochs at series_points=320: a stride of 50 alone would keep one evaluation in 350
+    # epochs at eval.every_epochs=7; the curve of test/… values keeps ~as many points as train/…
+    from sweeps.tracking.series import stride as series_stride, stride_of_run
+
+    assert series_stride(1, 320, 10_000, eval_every) == stride
+    params = {"mlflow.log_every_epochs": "1", "mlflow.series_points": "320", "epochs": "10000",
+              "eval.every_epochs": str(eval_every)}
+    assert stride_of_run(params) == stride
+
+
+def test_the_series_cap_thins_evaluated_epochs_too_and_log_every_epochs_alone_does_not():
+    from sweeps.tracking.series import in_series, of_run
+
+    evaluated = [{"epoch": e, "train/loss": 1.0, "test/rmse": 1.0} for e in range(1, 10_001)]
+    every, each_evaluated = of_run({"mlflow.log_every_epochs": "1", "mlflow.series_points": "320",
+                                    "epochs": "10000", "eval.every_epochs": "1"})
+    assert (every, each_evaluated) == (50, False)
+    kept = [r["epoch"] for r in evaluated if in_series(r, every, each_evaluated)]
+    assert kept == [1, *range(50, 10_001, 50)] and len(kept) <= 320  # the last (10,000) is on the stride here
+    # no cap reached: log_every_epochs keeps each evaluated epoch, as it always did
+    every, each_evaluated = of_run({"mlflow.log_every_epochs": "4", "mlflow.series_points": "320", "epochs": "11",
+                                    "eval.every_epochs": "5"})
+    assert (every, each_evaluated) == (4, True)
+    assert [r["epoch"] for r in evaluated[:11] if in_series(r, every, each_evaluated)] == list(range(1, 12))
+
+
+@pytest.mark.parametrize("epochs, line", [
+    (320, None),  # a short job at the defaults: every epoch in its series, nothing to say
+    (10_000, "  MLflow series: 1 in 50 of 10000 epochs (mlflow.series_points=320); all in epochs.csv"),
+])
+def test_the_console_says_once_where_every_epoch_is_when_the_default_series_thins_it(epochs, line):
+    from conftest import compose
+    from sweeps.tracking.series import console_line
+
+    assert console_line(compose(["+experiment=diabetes", "batch=full", f"epochs={epochs}"])) == line
+    assert line is None or len(line) <= 100  # one console line
+
+
 def test_a_series_stride_of_bad_settings_is_refused():
     from sweeps.tracking.series import stride
 
-    for every, points in ((0, None), (1, 0)):
+    for every, points, eval_every in ((0, None, 1), (1, 0, 1), (1, 320, 0)):
         with pytest.raises(ValueError, match="use 1 or more"):
-            stride(every, points, 100)
+            stride(every, points, 100, eval_every)
 
 
 def test_a_series_points_below_1_stops_with_one_line():

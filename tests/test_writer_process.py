@@ -3,6 +3,7 @@ training process no store call, a writer process killed with SIGKILL mid-job los
 every epoch lands in MLflow exactly once."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -332,3 +333,46 @@ def test_a_server_down_mid_job_loses_nothing_and_logs_each_epoch_once(tmp_path, 
             assert _steps(client, writer.run_id, key) == list(range(1, 301))
     finally:
         _stop_server(server)
+
+
+@pytest.mark.parametrize("epochs", [300, 10_000])
+def test_at_the_defaults_a_short_job_logs_every_epoch_and_a_long_one_at_most_series_points(tmp_path, epochs):
+    # a job that evaluates every epoch (the default): 300 epochs are each in the run's series;
+    # 10,000 are ≤ 320 points (mlflow.series_points), the first and the last among them; the
+    # journal keeps every epoch either way
+    from conftest import compose
+    from sweeps.tracking import series
+
+    client, writer = _run(tmp_path)
+    writer.every_epochs, writer.every_evaluated = series.of_config(compose([f"epochs={epochs}"]))
+    log = EpochLog(writer, tmp_path / "run" / "epochs.jsonl", regression=True, log_every_s=3600, last_epoch=epochs)
+    for epoch in range(1, epochs + 1):
+        log.append({**_record(epoch), names.TEST_RMSE: 1.0 / epoch})
+    log.close()
+    writer.end("FINISHED")
+    steps = _steps(client, writer.run_id, names.TEST_RMSE)
+    assert _steps(client, writer.run_id) == steps
+    if epochs <= 320:
+        assert steps == list(range(1, epochs + 1))
+    else:
+        assert len(steps) <= 320 and steps[0] == 1 and steps[-1] == epochs
+    assert len(read_journal(tmp_path / "run" / "epochs.jsonl")) == epochs
+
+
+def test_the_writer_process_and_a_replay_thin_evaluated_epochs_as_the_job_does(tmp_path):
+    # a stride of 5 set by the cap (evaluated=False): the writer process's follower and a replay
+    # after the job's death send the first, each 5th and (the replay, as the job's end) the last
+    from sweeps.tracking.relay_process import Follower
+
+    journal = tmp_path / "run" / "epochs.jsonl"
+    journal.parent.mkdir(parents=True)
+    records = [{**_record(epoch), names.TEST_RMSE: 1.0} for epoch in range(1, 24)]
+    journal.write_text("".join(json.dumps(r) + "\n" for r in records))
+    client, writer = _run(tmp_path / "follower")
+    Follower(writer, str(journal), 0, 0, every=5, evaluated=False).drain(23)
+    assert _steps(client, writer.run_id, names.TEST_RMSE) == [1, 5, 10, 15, 20]
+    client, writer = _run(tmp_path / "replay")
+    writer.every_epochs, writer.every_evaluated = 5, False
+    writer.replay(records)
+    writer.close()
+    assert _steps(client, writer.run_id, names.TEST_RMSE) == [1, 5, 10, 15, 20, 23]

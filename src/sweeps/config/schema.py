@@ -37,7 +37,7 @@ class MLflowConfig:
     # None: the preset's name (+experiment=NAME), else "sweeps"; filled as Hydra composes (sweeps.config.presets)
     experiment: Optional[str] = None
     log_every_epochs: int = 1  # per-epoch metrics to MLflow every this many epochs (1: each); all in epochs.csv
-    series_points: Optional[int] = None  # at most ~this many points a series (a round stride); None: no cap
+    series_points: Optional[int] = 320  # at most ~this many points a series (a round stride); None: no cap
 
 
 @dataclass

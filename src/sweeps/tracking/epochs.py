@@ -95,7 +95,7 @@ class EpochLog:
             except OSError as e:  # a full disk ends the journal, not the measurement
                 self._journal_failed(e)  # this epoch's line is torn (no newline): the writer process skips it
         if self.writer is not None and rec["epoch"] > self.logged_through and not (self.relayed and self._file):
-            if in_series(rec, self.writer.every_epochs):
+            if in_series(rec, self.writer.every_epochs, self.writer.every_evaluated):
                 self.writer.log_metrics(_metrics(rec), step=rec["epoch"], timestamp_ms=rec[names.TIMESTAMP_MS])
             if self._file is not None and self._appended >= relay.HANDOFF_EPOCHS and not self._handoff_decided:
                 self._handoff_decided = True  # once per job: a process that cannot start is not retried per epoch
@@ -103,7 +103,8 @@ class EpochLog:
                 if relay.worth_handing_over(left, len(_metrics(rec)), self.writer.every_epochs, self.spare_core):
                     # later epochs: the writer process reads them from the journal, from here on
                     self.relayed = relay.follow(self.writer.run_id, self.writer.client.tracking_uri, self.journal,
-                                                self._file.tell(), rec["epoch"], self.writer.every_epochs)
+                                                self._file.tell(), rec["epoch"], self.writer.every_epochs,
+                                                self.writer.every_evaluated)
         self._console(rec)
 
     def _journal_failed(self, e: OSError) -> None:
@@ -141,7 +142,7 @@ class EpochLog:
         """The job's last epoch ends its series (``mlflow.log_every_epochs`` > 1 may have left it out)."""
         last = self.records[-1] if self.records else None
         if (self.writer is None or last is None or last["epoch"] <= self.logged_through or self._appended == 0
-                or in_series(last, self.writer.every_epochs)):
+                or in_series(last, self.writer.every_epochs, self.writer.every_evaluated)):
             return
         try:
             self.writer.log_metrics(_metrics(last), step=last["epoch"], timestamp_ms=last.get(names.TIMESTAMP_MS))

@@ -89,13 +89,14 @@ class Drained:
     ok: bool = True
 
 
-def follow(run_id: str, tracking_uri: str, journal: Path, offset: int, after_epoch: int, every: int = 1) -> bool:
+def follow(run_id: str, tracking_uri: str, journal: Path, offset: int, after_epoch: int, every: int = 1,
+           evaluated: bool = True) -> bool:
     """Ask the writer process to send run ``run_id``'s journal from byte ``offset`` on (records of
-    epochs > ``after_epoch`` only, those :func:`~sweeps.tracking.epochs.in_series` under
-    ``every``), starting the process if none runs. Returns False where it could not be started
-    or reached (the caller keeps logging in-process). Never raises."""
+    epochs > ``after_epoch`` only, those :func:`~sweeps.tracking.series.in_series` under
+    ``every`` and ``evaluated``), starting the process if none runs. Returns False where it could
+    not be started or reached (the caller keeps logging in-process). Never raises."""
     msg = {"op": "follow", "run": run_id, "uri": tracking_uri, "journal": str(Path(journal).resolve()),
-           "offset": offset, "after": after_epoch, "every": every}  # an absolute path: the job may chdir later (tests do)
+           "offset": offset, "after": after_epoch, "every": every, "evaluated": evaluated}  # an absolute path: the job may chdir later (tests do)
     with _lock:
         try:
             _write(_started(), msg)

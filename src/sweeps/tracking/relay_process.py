@@ -8,9 +8,9 @@ metric with a ``/`` in its name queued at step = ``epoch`` on the run's
 :class:`~sweeps.tracking.writer.RunWriter`, whose thread sends batches of ≤ 1000 values with
 retries. Messages on stdin (JSON lines):
 
-- ``{"op": "follow", "run", "uri", "journal", "offset", "after", "every"}``: send the records of
-  epochs > ``after`` from byte ``offset`` of ``journal`` to run ``run`` of store ``uri`` (those in
-  the series of ``mlflow.log_every_epochs`` = ``every``);
+- ``{"op": "follow", "run", "uri", "journal", "offset", "after", "every", "evaluated"}``: send the
+  records of epochs > ``after`` from byte ``offset`` of ``journal`` to run ``run`` of store ``uri``
+  (those in the series of stride ``every``: :func:`~sweeps.tracking.series.in_series`);
 - ``{"op": "drain", "run", "until"}``: read the journal to its end (epochs ≤ ``until``), send
   everything, forget the run, answer ``{"run", "sent", "lost"}`` on stdout.
 
@@ -43,9 +43,10 @@ BEAT_S = 1.0  # s between progress lines while draining
 class Follower:
     """One run's journal, read from ``offset`` (bytes) on; records of epochs ≤ ``after`` skipped."""
 
-    def __init__(self, writer: RunWriter, journal: str, offset: int, after: int, every: int = 1):
+    def __init__(self, writer: RunWriter, journal: str, offset: int, after: int, every: int = 1,
+                 evaluated: bool = True):
         self.writer, self.journal, self.offset, self.after = writer, journal, offset, after
-        writer.every_epochs = every
+        writer.every_epochs, writer.every_evaluated = every, evaluated
         self.queued = 0  # metric values handed to the writer
 
     def read(self, until: int | None = None) -> None:
@@ -63,7 +64,7 @@ class Follower:
             except ValueError:  # a line torn by a full disk, completed by a later one: skipped
                 continue
             epoch = rec.get("epoch", 0)
-            if epoch <= self.after or (until is not None and epoch > until) or not in_series(rec, self.writer.every_epochs):
+            if epoch <= self.after or (until is not None and epoch > until) or not in_series(rec, self.writer.every_epochs, self.writer.every_evaluated):
                 continue
             metrics = {k: v for k, v in rec.items() if "/" in k}
             self.writer.log_metrics(metrics, step=epoch, timestamp_ms=rec.get(names.TIMESTAMP_MS))
@@ -119,7 +120,7 @@ def main() -> None:
                 log.warning("cannot write to run %s (%s: %s)", msg["run"], type(e).__name__, e)
                 continue
             runs[msg["run"]] = Follower(writer, msg["journal"], int(msg["offset"]), int(msg["after"]),
-                                        int(msg.get("every", 1)))
+                                        int(msg.get("every", 1)), bool(msg.get("evaluated", True)))
         elif msg is not None and msg.get("op") == "drain":
             follower = runs.pop(msg["run"], None)  # unknown: never followed here (a restarted process)
             answer = follower.drain(int(msg["until"])) if follower else {"run": msg["run"], "unknown": True}

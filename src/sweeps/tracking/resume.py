@@ -190,7 +190,7 @@ def _close_ended(client: MlflowClient, run_id: str, folder: Path) -> bool:
 
 def _replay_journal(client: MlflowClient, run, journal: Path) -> None:
     """Send what ``journal`` holds and ``run`` lacks, on the run's own series stride (from its
-    params: :func:`~sweeps.tracking.series.stride_of_run`; never raises: the run is closed anyway)."""
+    params: :func:`~sweeps.tracking.series.of_run`; never raises: the run is closed anyway)."""
     from sweeps.tracking.writer import RunWriter
 
     run_id = run.info.run_id
@@ -198,7 +198,7 @@ def _replay_journal(client: MlflowClient, run, journal: Path) -> None:
     if not records:
         return
     writer = RunWriter.attach(client, run_id, reopen=False)
-    writer.every_epochs = series.stride_of_run(run.data.params)
+    writer.every_epochs, writer.every_evaluated = series.of_run(run.data.params)
     try:
         sent = writer.replay(records)
     finally:

@@ -73,7 +73,8 @@ class RunWriter:
         self._refused_tags: dict[str, str] = {}  # tags that went with a batch the store never took
         self.cadence = Cadence(floor_s=FLUSH_S)  # the background beat: backs off as sends slow down
         self._summary: dict[str, float] = {}  # a reopened run's values so far: not logged again at step 0
-        self.every_epochs = 1  # mlflow.log_every_epochs: which epochs replay() sends (sweeps.tracking.series)
+        # which epochs replay() sends: in_series(rec, every_epochs, every_evaluated) (sweeps.tracking.series)
+        self.every_epochs, self.every_evaluated = 1, True
         self._thread = threading.Thread(target=self._loop, name="sweeps-mlflow-writer", daemon=True)
         self._thread.start()
 
@@ -195,7 +196,7 @@ class RunWriter:
         epochs (:func:`~sweeps.tracking.series.in_series`) and the last of ``records``. Returns how
         many values were sent."""
         self.flush()
-        records = [r for i, r in enumerate(records) if i == len(records) - 1 or in_series(r, self.every_epochs)]
+        records = [r for i, r in enumerate(records) if i == len(records) - 1 or in_series(r, self.every_epochs, self.every_evaluated)]
         keys = {k for rec in records for k in rec if "/" in k}
         missing = []
         now = _now_ms()  # records journaled before they carried a timestamp

@@ -109,7 +109,7 @@ class JobRun:
             self.resume_state = Checkpoints(run_dir, 0, cfg.checkpoint.keep).load_latest()
         if self.resume_state is not None:
             self.writer = RunWriter.attach(self.client, self.previous.info.run_id)
-            self.writer.every_epochs = series.stride_of_config(cfg)  # before the replay below
+            self.writer.every_epochs, self.writer.every_evaluated = series.of_config(cfg)  # before the replay below
             self.writer.set_tags({**tags, names.RESUMED_TAG: "true", names.ERROR_TAG: ""})
             parent, before = parent_run.get("parent_run_id") if self.multirun else None, self.previous.data.tags.get(names.PARENT_RUN_TAG)
             if parent and parent != before:  # the sweep that resumed it owns it now: its summary and report count it
@@ -125,7 +125,7 @@ class JobRun:
             title = self._title()  # "mlp b64 cpu #<sweep id>" (sweeps.tracking.naming)
             self.writer = RunWriter(self.client, self.experiment_id, naming.with_id(title, parent) if parent else title,
                                     parent, {**environment_tags(), names.OVERRIDES_TAG: self.name, **tags})
-            self.writer.every_epochs = series.stride_of_config(cfg)
+            self.writer.every_epochs, self.writer.every_evaluated = series.of_config(cfg)
             if not parent:  # a run of its own is named by its own id, known only now
                 self.client.update_run(self.writer.run_id, name=naming.with_id(title, self.writer.run_id))
             self.writer.log_params({**store.flatten(cfg, self.task.other_settings), **self.choices})
@@ -143,6 +143,8 @@ class JobRun:
             self.writer.queue_tags({names.LR_TAG: data.lr_source})
             log.info("  batch %d, %s, %d train / %d test examples", data.batch, data.lr_source,
                      len(data.train), len(data.test))
+            if cfg.task == "train" and (line := series.console_line(cfg)):  # where every epoch is, once a job
+                log.info(line)
             if self.resume_state is None:  # MLflow dataset inputs and example counts: a resumed run has them
                 inputs.log_job_data(self.writer, cfg.dataset, self.identity.get(names.DATA_TAG, "unknown"),
                                     data.spec.in_shape, len(data.train) if self.task.needs_train_data else None,

@@ -102,7 +102,7 @@ class RankRun:
             from sweeps.tracking.writer import RunWriter
 
             self.writer = RunWriter.attach(MlflowClient(spec.tracking_uri), spec.run_id, reopen=False)
-            self.writer.every_epochs = series.stride_of_config(cfg)
+            self.writer.every_epochs, self.writer.every_evaluated = series.of_config(cfg)
             self.epochs = EpochLog(self.writer, Path(spec.journal), regression, cfg.log_every_s, cfg.epochs,
                                    logged_through=spec.logged_through)
             self.checkpoints = Checkpoints(run_dir, cfg.checkpoint.every_epochs, cfg.checkpoint.keep,
