@@ -173,8 +173,8 @@ def run_fault(p: dict, folder: Path, t: checks.Tally) -> tuple[bool, str]:
         sweep = faults.Sweep(args, folder, "fault")
         landed = faults.wait_for(sweep, faults.Progress(ckpt, p["epochs"]), p["moment"])
         injected, sig, did = inject(p, sweep, ckpt, server) if landed else (False, None, "the sweep ended first")
-        if quick and injected:  # the rerun first (journals are local files), the store read as it starts
-            killed_at, journals = time.monotonic(), checks.snapshot_journals(ckpt)
+        if quick and injected:  # the rerun first (journals are local files); the store is read after it
+            killed_at, killed_ms, journals = time.monotonic(), time.time() * 1000, checks.snapshot_journals(ckpt)
             time.sleep(max(0.0, p["rerun_after_s"] - (time.monotonic() - killed_at)))
             second = faults.Sweep(args, folder, "rerun")
             did += f", rerun {second.started - killed_at:.2f} s later"
@@ -185,16 +185,14 @@ def run_fault(p: dict, folder: Path, t: checks.Tally) -> tuple[bool, str]:
                     f"faulted sweep exit {ended.rc}, last line {ended.last_line()!r}")
         if p["kind"] == "disk_full":
             t.check(ended.rc == 0, f"a full checkpoint disk ended the sweep {ended.rc}: {ended.last_line()!r}")
-        client = MlflowClient(uri)
         planned = p["jobs"]
-        jobs = checks.job_runs(client, experiment)[1]
-        checks.faulted_run(t, ended, sig if injected else None, jobs, planned)
-        if p["kind"] == "disk_full":
-            injected = any(r.data.tags.get(names.CHECKPOINTS_TAG, "").startswith("off") for r in jobs)
-            did = "the disk filled" if injected else "the disk did not fill"
-        ok_before = checks.ok_by_config(jobs)
         if second is None:
-            journals = checks.snapshot_journals(ckpt)
+            client = MlflowClient(uri)  # opens the store (creates it if the sweep had not)
+            jobs = checks.job_runs(client, experiment)[1]
+            if p["kind"] == "disk_full":
+                injected = any(r.data.tags.get(names.CHECKPOINTS_TAG, "").startswith("off") for r in jobs)
+                did = "the disk filled" if injected else "the disk did not fill"
+            ok_before, journals = checks.ok_by_config(jobs), checks.snapshot_journals(ckpt)
             second = faults.Sweep(args, folder, "rerun")
         again = second.wait(RUN_TIMEOUT_S)
         t.check(not again.hung, f"the rerun did not end within {RUN_TIMEOUT_S} s")
@@ -205,6 +203,11 @@ def run_fault(p: dict, folder: Path, t: checks.Tally) -> tuple[bool, str]:
                               f"{ORPHANS_S} s after the kill")
             faults.kill_left(left)
             did += f", its {len(sweep.orphans)} orphan(s) gone {time.monotonic() - killed_at:.1f} s after it"
+            # ok before the rerun: the runs that ended ok before the kill (the rerun's own end after it)
+            client = MlflowClient(uri)
+            jobs = checks.job_runs(client, experiment)[1]
+            ok_before = checks.ok_by_config([r for r in jobs if (r.info.end_time or killed_ms) < killed_ms])
+        checks.faulted_run(t, ended, sig if injected else None, jobs, planned)
         checks.rerun(t, again, ok_before)
         for run_id, records in checks.snapshot_journals(ckpt).items():
             journals.setdefault(run_id, []).extend(records)
