@@ -127,8 +127,8 @@ def inject(p: dict, sweep: faults.Sweep, ckpt: Path, server) -> tuple[bool, str 
         return sent > 0, sig.name, f"{sent} {sig.name}"
     if kind in ("sigkill", "kill9_quick_rerun") or (kind == "ro_journal" and p["ro_mode"] == "resume"):
         sweep.kill()
-        if kind != "ro_journal":
-            return True, None, "SIGKILL"
+        if kind != "ro_journal":  # a sweep that exited on its own just before was not hit
+            return sweep.proc.returncode == -signal.SIGKILL, None, f"SIGKILL (exit {sweep.proc.returncode})"
         targets = [j for j in ckpt.glob("*/*/epochs.jsonl")]
         why = faults.immutable(targets + [j.parent for j in targets], True)
         return not why and bool(targets), None, f"SIGKILL, then {len(targets)} journal(s) immutable {why}".strip()

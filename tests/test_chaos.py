@@ -60,7 +60,7 @@ def test_a_sweep_killed_and_rerun_within_half_a_second_beside_a_busy_core_stores
     twice, nothing RUNNING, every journaled epoch once, the rerun ok."""
     out = _chaos(tmp_path, "--seed", "373", "--only", "0", "--kinds", "kill9_quick_rerun")
     assert re.search(r"^faults injected: 1 \(kill9_quick_rerun 1\)$", out, re.M), out[-2000:]
-    later = re.search(r"SIGKILL, rerun (\d+\.\d+) s later, its (\d+) orphan\(s\) gone", out)
+    later = re.search(r"SIGKILL \(exit -9\), rerun (\d+\.\d+) s later, its (\d+) orphan\(s\) gone", out)
     assert later and float(later.group(1)) <= 0.5, out[-2000:]
     assert int(re.search(r"^invariants checked: (\d+)$", out, re.M).group(1)) > 100
 
