@@ -12,6 +12,10 @@ last epoch (mid-close, between jobs):
 - ``sigint``: a burst of 1-50 SIGINTs, 0-100 ms apart; ``sigterm``: 1-5 SIGTERMs;
 - ``sigkill``: SIGKILL of the sweep process; ``sigkill_job``: of a job's own process
   (``hydra/launcher=gpu_pool``, 2 jobs at a time);
+- ``kill9_quick_rerun``: SIGKILL of the sweep process with a busy loop spinning beside it, and the
+  rerun started 0.1-0.5 s after the kill, before the store is read: the dead sweep's store process
+  may still be ingesting what the job had sent while the rerun replays its journal. The store is
+  checked once every process the dead sweep left behind has exited;
 - ``mlflow_server``: the sweep logs to a local ``mlflow server``, which is SIGKILLed and restarted
   after 0.2-8 s;
 - ``disk_full``: the checkpoint folder is a tmpfs of 16 KB-48 MB (``mount -t tmpfs``) that fills up;
@@ -19,11 +23,13 @@ last epoch (mid-close, between jobs):
 - ``ro_journal``: ``chattr +i`` on the running job's journal and folder (writes refused, also to
   root and through the open file), or on a SIGKILLed job's before the rerun resumes it.
 
-Then the same sweep runs again to completion (it skips finished jobs and resumes killed ones) and
-the invariants of :mod:`chaos_checks` are checked. The plan of fault i (kind, workload, moment,
+Then the same sweep runs again to completion (it skips finished jobs and resumes killed ones),
+after the store was read (seconds later) except for ``kill9_quick_rerun``, and the invariants of
+:mod:`chaos_checks` are checked. The plan of fault i (kind, workload, moment,
 counts) comes from ``random.Random(f"{seed}:{i}")``: ``--seed S --only I`` replays one fault.
 Moments measured in time or epochs land where a loaded machine puts them, so a replay aims at the
-same moment, not always the same instruction. Exit status 1 when any invariant was violated.
+same moment, not always the same instruction. A plan drawn before ``kill9_quick_rerun`` existed
+replays with ``--kinds`` naming the seven others. Exit status 1 when any invariant was violated.
 """
 from __future__ import annotations
 
@@ -42,13 +48,18 @@ import chaos_checks as checks  # noqa: E402
 import chaos_faults as faults  # noqa: E402
 from sweeps import names  # noqa: E402
 
-KINDS = ("sigint", "sigterm", "sigkill", "sigkill_job", "mlflow_server", "disk_full", "ro_journal")
+KINDS = ("sigint", "sigterm", "sigkill", "sigkill_job", "mlflow_server", "disk_full", "ro_journal",
+         "kill9_quick_rerun")
 # how often each kind is drawn: signals are the cheap, common faults; a job process of its own
 # (2 pool workers importing torch) and a server start cost ~2x a plain sweep
 WEIGHTS = {"sigint": 3, "sigterm": 2, "sigkill": 2, "sigkill_job": 1, "mlflow_server": 1, "disk_full": 1,
-           "ro_journal": 2}
+           "ro_journal": 2, "kill9_quick_rerun": 2}
 MNIST_ROOT = faults.REPO.parent / "shared" / "data" / "mnist-10k-imagefolder"
 RUN_TIMEOUT_S = 600  # a sweep that has not ended by then is a violation (it hangs)
+# a killed sweep's store process exits once it has answered what it had read (seconds; 29-88 s
+# beside a busy core before it stopped spinning on the dead job's pipe): still running after this
+# long, its late writes would escape the checks, so that is a violation
+ORPHANS_S = 120
 
 
 def plan(seed: int, i: int, kinds: list[str], mnist: bool) -> dict:
@@ -74,6 +85,7 @@ def plan(seed: int, i: int, kinds: list[str], mnist: bool) -> dict:
     p["disk_kb"] = rng.randint(16, 48 * 1024) if p["workload"] == "mnist" else rng.randint(16, 1024)
     p["ro_mode"] = rng.choice(["live", "resume"])
     p["victim"] = rng.random()
+    p["rerun_after_s"] = rng.uniform(0.1, 0.5)  # drawn last: the draws above stay those of older plans
     return p
 
 
@@ -83,7 +95,8 @@ def describe(p: dict) -> str:
              "job_end": f"job {m.get('n')}'s last epoch + {m.get('delay_s', 0) * 1000:.0f} ms"}[m["at"]]
     extra = {"sigint": f" x{len(p['gaps']) + 1}", "sigterm": f" x{len(p['gaps']) + 1}",
              "mlflow_server": f" down {p['down_s']:.1f} s", "disk_full": f" {p['disk_kb']} KB",
-             "ro_journal": f" {p['ro_mode']}"}.get(p["kind"], "")
+             "ro_journal": f" {p['ro_mode']}",
+             "kill9_quick_rerun": f" (busy core, rerun +{p['rerun_after_s'] * 1000:.0f} ms)"}.get(p["kind"], "")
     return f"{p['kind']}{extra} at {where}, {p['workload']} {p['jobs']}x{p['epochs']} epochs"
 
 
@@ -112,11 +125,10 @@ def inject(p: dict, sweep: faults.Sweep, ckpt: Path, server) -> tuple[bool, str 
         sig = signal.SIGINT if kind == "sigint" else signal.SIGTERM
         sent = faults.signals(sweep, sig, p["gaps"])
         return sent > 0, sig.name, f"{sent} {sig.name}"
-    if kind == "sigkill" or (kind == "ro_journal" and p["ro_mode"] == "resume"):
-        sweep.proc.kill()
-        sweep.proc.wait()
-        if kind == "sigkill":
-            return True, None, "SIGKILL"
+    if kind in ("sigkill", "kill9_quick_rerun") or (kind == "ro_journal" and p["ro_mode"] == "resume"):
+        sweep.kill()
+        if kind != "ro_journal":  # a sweep that exited on its own just before was not hit
+            return sweep.proc.returncode == -signal.SIGKILL, None, f"SIGKILL (exit {sweep.proc.returncode})"
         targets = [j for j in ckpt.glob("*/*/epochs.jsonl")]
         why = faults.immutable(targets + [j.parent for j in targets], True)
         return not why and bool(targets), None, f"SIGKILL, then {len(targets)} journal(s) immutable {why}".strip()
@@ -145,7 +157,8 @@ def run_fault(p: dict, folder: Path, t: checks.Tally) -> tuple[bool, str]:
 
     faults.remove(folder)
     folder.mkdir(parents=True)
-    ckpt, server = folder / "checkpoints", None
+    ckpt, server, busy, second = folder / "checkpoints", None, None, None
+    quick = p["kind"] == "kill9_quick_rerun"
     try:
         if p["kind"] == "disk_full":
             why = faults.mount_tmpfs(ckpt, p["disk_kb"])
@@ -156,9 +169,15 @@ def run_fault(p: dict, folder: Path, t: checks.Tally) -> tuple[bool, str]:
             server.start()
         uri = server.uri if server else f"sqlite:///{folder / 'mlruns' / 'mlflow.db'}"
         args, experiment = sweep_args(p, ckpt, server.uri if server else None)
+        busy = faults.busy_core() if quick else None
         sweep = faults.Sweep(args, folder, "fault")
         landed = faults.wait_for(sweep, faults.Progress(ckpt, p["epochs"]), p["moment"])
         injected, sig, did = inject(p, sweep, ckpt, server) if landed else (False, None, "the sweep ended first")
+        if quick and injected:  # the rerun first (journals are local files); the store is read after it
+            killed_at, killed_ms, journals = time.monotonic(), time.time() * 1000, checks.snapshot_journals(ckpt)
+            time.sleep(max(0.0, p["rerun_after_s"] - (time.monotonic() - killed_at)))
+            second = faults.Sweep(args, folder, "rerun")
+            did += f", rerun {second.started - killed_at:.2f} s later"
         ended = sweep.wait(RUN_TIMEOUT_S)
         t.check(not ended.hung, f"the faulted sweep did not end within {RUN_TIMEOUT_S} s")
         if p["kind"] in ("mlflow_server", "sigkill_job", "disk_full") or (p["kind"] == "ro_journal" and ended.rc != -9):
@@ -166,17 +185,29 @@ def run_fault(p: dict, folder: Path, t: checks.Tally) -> tuple[bool, str]:
                     f"faulted sweep exit {ended.rc}, last line {ended.last_line()!r}")
         if p["kind"] == "disk_full":
             t.check(ended.rc == 0, f"a full checkpoint disk ended the sweep {ended.rc}: {ended.last_line()!r}")
-        client = MlflowClient(uri)
         planned = p["jobs"]
-        jobs = checks.job_runs(client, experiment)[1]
-        checks.faulted_run(t, ended, sig if injected else None, jobs, planned)
-        if p["kind"] == "disk_full":
-            injected = any(r.data.tags.get(names.CHECKPOINTS_TAG, "").startswith("off") for r in jobs)
-            did = "the disk filled" if injected else "the disk did not fill"
-        journals = checks.snapshot_journals(ckpt)
-        ok_before = checks.ok_by_config(jobs)
-        again = faults.Sweep(args, folder, "rerun").wait(RUN_TIMEOUT_S)
+        if second is None:
+            client = MlflowClient(uri)  # opens the store (creates it if the sweep had not)
+            jobs = checks.job_runs(client, experiment)[1]
+            if p["kind"] == "disk_full":
+                injected = any(r.data.tags.get(names.CHECKPOINTS_TAG, "").startswith("off") for r in jobs)
+                did = "the disk filled" if injected else "the disk did not fill"
+            ok_before, journals = checks.ok_by_config(jobs), checks.snapshot_journals(ckpt)
+            second = faults.Sweep(args, folder, "rerun")
+        again = second.wait(RUN_TIMEOUT_S)
         t.check(not again.hung, f"the rerun did not end within {RUN_TIMEOUT_S} s")
+        faults.stop(busy)
+        if quick and injected:  # a store process of the dead sweep still writing would write after the checks
+            left = faults.wait_gone(sweep.orphans, ORPHANS_S - (time.monotonic() - killed_at))
+            t.check(not left, f"process(es) {[pid for pid, _ in left]} of the killed sweep still ran "
+                              f"{ORPHANS_S} s after the kill")
+            faults.kill_left(left)
+            did += f", its {len(sweep.orphans)} orphan(s) gone {time.monotonic() - killed_at:.1f} s after it"
+            # ok before the rerun: the runs that ended ok before the kill (the rerun's own end after it)
+            client = MlflowClient(uri)
+            jobs = checks.job_runs(client, experiment)[1]
+            ok_before = checks.ok_by_config([r for r in jobs if (r.info.end_time or killed_ms) < killed_ms])
+        checks.faulted_run(t, ended, sig if injected else None, jobs, planned)
         checks.rerun(t, again, ok_before)
         for run_id, records in checks.snapshot_journals(ckpt).items():
             journals.setdefault(run_id, []).extend(records)
@@ -187,6 +218,7 @@ def run_fault(p: dict, folder: Path, t: checks.Tally) -> tuple[bool, str]:
     finally:
         if server is not None:
             server.kill()
+        faults.stop(busy)
         if p["kind"] == "disk_full":
             faults.umount(ckpt)
         faults.release(folder)

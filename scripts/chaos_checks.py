@@ -51,9 +51,17 @@ def snapshot_journals(checkpoints: Path) -> dict[str, list[dict]]:
     """Every journal under ``checkpoints`` (``<hash>/<run id>/epochs.jsonl``) as {run id: records};
     a torn last line (the process died writing it) is not a record."""
     out: dict[str, list[dict]] = {}
-    for path in checkpoints.glob("*/*/epochs.jsonl") if checkpoints.is_dir() else []:
+    try:  # a sweep ending as it is read removes a finished job's folder: that journal is in MLflow
+        paths = list(checkpoints.glob("*/*/epochs.jsonl")) if checkpoints.is_dir() else []
+    except FileNotFoundError:
+        paths = []
+    for path in paths:
         records = []
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError:

@@ -1,6 +1,6 @@
 """The processes and faults of ``scripts/chaos.py``: a sweep started as a user starts it, a wait
 for a random moment (a time, an epoch, the end of a job), and the faults themselves — signals,
-a killed ``mlflow server``, a full tmpfs, an immutable journal."""
+a killed ``mlflow server``, a full tmpfs, an immutable journal, a busy neighbour core."""
 from __future__ import annotations
 
 import os
@@ -35,6 +35,7 @@ class Sweep:
         self.proc = subprocess.Popen([sys.executable, "-m", "sweeps", *args], cwd=cwd, env=sweeps_env(),
                                      stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL)
         self.started = time.monotonic()
+        self.orphans: list[tuple[int, str]] = []  # set by kill()
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -52,9 +53,9 @@ class Sweep:
         return Ended(self.proc.returncode, (self.cwd / f"{self.tag}.out").read_text(errors="replace"),
                      (self.cwd / f"{self.tag}.err").read_text(errors="replace"), hung)
 
-    def workers(self) -> list[int]:
-        """Pids of the sweep's job processes: its descendants that are loky workers (joblib's
-        process pool, ``hydra/launcher=gpu_pool``), not its resource trackers."""
+    def descendants(self) -> list[int]:
+        """Pids of every process below the sweep's, alive now: its job processes, store processes
+        and their helpers."""
         children: dict[int, list[int]] = {}
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
@@ -64,14 +65,31 @@ class Sweep:
             children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
         out, todo = [], [self.proc.pid]
         while todo:
-            for c in children.get(todo.pop(), []):
-                todo.append(c)
-                try:
-                    if b"popen_loky" in Path(f"/proc/{c}/cmdline").read_bytes():
-                        out.append(c)
-                except OSError:
-                    continue
+            below = children.get(todo.pop(), [])
+            todo += below
+            out += below
         return out
+
+    def workers(self) -> list[int]:
+        """Pids of the sweep's job processes: its descendants that are loky workers (joblib's
+        process pool, ``hydra/launcher=gpu_pool``), not its resource trackers."""
+        out = []
+        for c in self.descendants():
+            try:
+                if b"popen_loky" in Path(f"/proc/{c}/cmdline").read_bytes():
+                    out.append(c)
+            except OSError:
+                continue
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL the sweep's process (a crash: nothing of it runs again) and reap it. ``orphans``:
+        the processes below it at that moment, as (pid, start time), which live on until they
+        notice (a store process first answers what it had read)."""
+        left = [(pid, _started(pid)) for pid in self.descendants()]
+        self.proc.kill()
+        self.proc.wait()
+        self.orphans = [(pid, t) for pid, t in left if t]
 
 
 class Progress:
@@ -132,6 +150,50 @@ def signals(sweep: Sweep, sig: int, gaps: list[float]) -> int:
         except ProcessLookupError:
             break
     return sent
+
+
+def _started(pid: int) -> str:
+    """The start time of ``pid`` in clock ticks since boot ('' when gone or a zombie): with the pid,
+    it names one process even after the pid is reused."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return ""
+    return "" if fields[0] in "ZX" else fields[19]
+
+
+def wait_gone(procs: list[tuple[int, str]], timeout: float) -> list[tuple[int, str]]:
+    """Wait until every (pid, start time) of ``procs`` has exited, at most ``timeout`` s; returns
+    those still running then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [(pid, t) for pid, t in procs if _started(pid) == t]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def kill_left(procs: list[tuple[int, str]]) -> None:
+    """SIGKILL each (pid, start time) of ``procs`` that is still that process."""
+    for pid, t in procs:
+        if _started(pid) == t:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def busy_core() -> subprocess.Popen:
+    """A process that spins at normal priority until :func:`stop`: a neighbour on a shared
+    machine, which starves the SCHED_IDLE helpers of a sweep's store process."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    """Kill and reap ``proc`` (None, or ended already: nothing to do)."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
 
 
 def free_port() -> int:
