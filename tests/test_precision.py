@@ -163,7 +163,8 @@ def test_validate_rejects_with_one_line(override):
     assert override.split("=")[0] in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+@pytest.mark.slow  # two compiled trainings (~5 s); test_gpu_paths keeps a compiled job in the default suite
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_compile_warm_up_leaves_training_unchanged(backend):
     """compile=true: every batch shape is compiled before the first epoch and the warm-up's
     effects are undone — the compiled run's first epoch trains like the eager one. (aot_eager

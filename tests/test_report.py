@@ -72,6 +72,7 @@ def test_report_logged_to_the_parent_run(batch_sweep):
     assert "report/report.md" in logged and "report/phases.png" in logged
 
 
+@pytest.mark.slow  # a sweep of its own (~4 s); the module's shared sweep covers the tables
 def test_device_comparison_and_inference_timing(tmp_path):
     """A sweep over device (cuda unavailable here) and timing method: side-by-side columns."""
     proc = cli_in_process(["-m", "task=inference", "model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]",
@@ -117,6 +118,7 @@ def test_a_mistyped_store_path_is_one_line_and_creates_nothing(tmp_path, capsys,
     assert list(tmp_path.iterdir()) == []  # neither folder nor an empty store made
 
 
+@pytest.mark.slow  # a sweep of its own (~4 s); the module's shared sweep covers the tables
 def test_repeats_are_one_row_with_the_median_and_its_spread(tmp_path):
     proc = cli_in_process(["-m", "model=mlp", "repeat=0,1,2", "batch=32", "dataset=synthetic", "dataset.shape=[1,8,8]",
                            "dataset.train_size=128", "dataset.test_size=32", "epochs=3", "device=cpu",

@@ -103,6 +103,7 @@ def test_a_killed_and_resumed_job_times_its_target_like_an_uninterrupted_one(in_
     assert m["time/to_target_s"] > sum(epochs[2:first])  # more than the resumed part alone
 
 
+@pytest.mark.slow  # a sweep of its own (~3.5 s); the target's own tests above stay
 def test_compare_and_results_carry_the_time_to_target(tmp_path, capsys):
     """``--compare`` has time/epochs/steps-to-target rows; ``sweeps.results`` the columns and the
     reached/missed tag."""
