@@ -18,16 +18,17 @@ from conftest import REPO, TEST_CONF, StartedCli, run_cli, runs
 from sweeps import names
 
 
-# 6 faults of seed 2311's plan (scripts/chaos.py --seed 2311 --only N replays one), each of a kind that once found a
+# 5 faults of seed 2311's plan (scripts/chaos.py --seed 2311 --only N replays one), each of a kind that once found a
 # product fault or has no test of its own: 21 (a Ctrl-C storm as the sweep exits), 15 (a SIGTERM
-# inside torch.save), 20 (resuming onto an immutable journal), 1 (SIGKILL of the sweep), 2 (a
+# inside torch.save), 1 (SIGKILL of the sweep), 2 (a
 # journal made immutable mid-job), 18 (a disk that fills, MNIST). CI's whole run must stay under
 # 25 minutes on a slow 2-core VM (10 faults took 626 s of it on 2026-11-26). Those left out have a
-# test of their own: 8 (a Ctrl-C storm like 21; test_nothing_lost has one too), 10 a SIGINT
+# test of their own: 8 (a Ctrl-C storm like 21; test_nothing_lost has one too), 20 resuming onto an
+# immutable journal (test_job_context), 10 a SIGINT
 # while the store is created (test_job_context), 13 a server killed and restarted
 # (test_writer_process, test_tracking_server), 16 a job process killed (the test below);
 # scripts/chaos.py runs any number, of every kind.
-FAULTS = ["1", "2", "15", "18", "20", "21"]
+FAULTS = ["1", "2", "15", "18", "21"]
 # the kinds seed 2311's plan was drawn from (kill9_quick_rerun came later and has a test of its own)
 OLDER_KINDS = ["sigint", "sigterm", "sigkill", "sigkill_job", "mlflow_server", "disk_full", "ro_journal"]
 
@@ -94,7 +95,8 @@ def test_a_killed_job_process_stops_the_sweep_in_one_line_and_the_rerun_resumes(
     os.kill(victims[0], signal.SIGKILL)  # as the kernel's OOM killer would
     proc = started.result()
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert proc.stderr.strip().splitlines()[-1].startswith("sweeps: error: a job process died (SIGKILL(-9))")
+    last = proc.stderr.strip().splitlines()[-1]  # the signal where loky had reaped the worker by then
+    assert re.match(r"sweeps: error: a job process died \((SIGKILL\(-9\)|killed)\); the sweep is KILLED", last), last
     parent = next(r for r in runs(tmp_path) if r.data.tags.get(names.KIND_TAG) == "sweep")
     assert parent.info.status == "KILLED"
     again = run_cli(args, tmp_path)

@@ -75,6 +75,7 @@ def _median(cell: str) -> float:
     return float(cell.split()[0].rstrip("*"))
 
 
+@pytest.mark.slow  # two sweeps logged as two hosts: ~7 s on 2 cores
 def test_one_column_per_host_and_ratios_from_the_logged_values(two_hosts):
     cwd, uri, code, text, _ = two_hosts
     assert code == 0
@@ -104,6 +105,7 @@ def test_one_column_per_host_and_ratios_from_the_logged_values(two_hosts):
     assert all(f"]({name})" in text for name in pngs)
 
 
+@pytest.mark.slow  # two sweeps logged as two hosts: ~7 s on 2 cores
 def test_a_torch_version_mismatch_is_one_warning_naming_the_key(two_hosts):
     _, _, _, text, err = two_hosts
     warnings = [line for line in err.splitlines() if "warning" in line]
@@ -112,6 +114,7 @@ def test_a_torch_version_mismatch_is_one_warning_naming_the_key(two_hosts):
     assert "## Warnings" in text and "env.torch" in text
 
 
+@pytest.mark.slow  # two sweeps logged as two hosts: ~7 s on 2 cores
 def test_by_sweep_ids_filter_torch_version_and_a_baseline_prefix(two_hosts):
     cwd, uri, *_ = two_hosts
     client = store(cwd)
@@ -134,6 +137,7 @@ def test_by_sweep_ids_filter_torch_version_and_a_baseline_prefix(two_hosts):
                               "not only in torch: host-a / test cpu (2.0.0); host-b / test cpu (2.1.0)")
 
 
+@pytest.mark.slow  # two sweeps logged as two hosts: ~7 s on 2 cores
 @pytest.mark.parametrize("args, says", [
     (["--compare", "--experiment", "nope"], "no experiment or preset named 'nope' in sqlite:"),
     (["--compare", "--filter", "tags.`env.host` = 'host-c'"], "no job runs match"),

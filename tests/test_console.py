@@ -52,6 +52,7 @@ def _check_shape(out: str, cwd: Path) -> None:
     assert not (cwd / "checkpoints").exists(), sorted(map(str, (cwd / "checkpoints").rglob("*")))
 
 
+@pytest.mark.slow  # a real sweep's console: ~3 s on 2 cores
 def test_a_sweeps_console_off_a_terminal(tmp_path):
     proc = cli_in_process(_sweep_args(), tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -299,6 +299,7 @@ def test_in_memory_batches_of_a_cuda_job_are_pinned(monkeypatch):
 
 
 # 6. compile: peak memory after the warm-up; CUDA-graph capture before epoch 1 ------------------
+@pytest.mark.slow  # a compiled job on the faked CUDA path: ~2 s
 def test_compile_resets_peak_memory_and_captures_cuda_graphs_before_epoch_1(monkeypatch):
     reset = []
     monkeypatch.setattr(builder, "compile_and_warm", lambda *a, **k: 1.5)
@@ -325,6 +326,7 @@ def test_release_memory_leaves_an_uninitialised_cuda_alone(monkeypatch, lost_con
 
 
 # 8. a sticky CUDA error; MIG instances ---------------------------------------------------------
+@pytest.mark.slow  # three jobs after a faked sticky error: ~2 s
 def test_a_sticky_cuda_error_ends_later_cuda_jobs_with_one_line(in_process, monkeypatch, lost_context, tmp_path):
     assert in_process(["model=sticky_cuda_error", *TINY, "dataset.train_size=16", "device=cpu"]) == "error"
     _fake_gpus(monkeypatch, 1)
@@ -338,6 +340,7 @@ def test_a_sticky_cuda_error_ends_later_cuda_jobs_with_one_line(in_process, monk
     assert "\n" not in line
 
 
+@pytest.mark.slow  # jobs after a rank's faked sticky error: ~2 s
 def test_a_ranks_sticky_cuda_error_leaves_the_job_processs_cuda_alone(in_process, monkeypatch, lost_context,
                                                                      tmp_path):
     """A data-parallel rank (another process) hit an illegal memory access: the job ends error

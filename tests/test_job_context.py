@@ -239,6 +239,7 @@ def test_a_signal_after_the_last_epoch_keeps_the_job_ok(tmp_path, in_process, mo
     assert "no job was left to run" in cli.interrupted_message("SIGINT")  # a single run: nothing to rerun
 
 
+@pytest.mark.slow  # a store created, interrupted, created again: ~3 s
 def test_a_signal_while_the_store_is_created_leaves_a_store_the_next_start_opens(tmp_path, monkeypatch):
     """Ctrl-C in the middle of MLflow's migration of a brand-new sqlite store (found by
     scripts/chaos.py, seed 2311 fault 10): the store is still created whole and the signal raised

@@ -66,6 +66,7 @@ def test_an_ambiguous_or_missing_lr_is_one_line(tmp_path, yaml, overrides, says)
         assert part in str(e.value)
 
 
+@pytest.mark.slow  # a sweep over batch: ~3 s on 2 cores
 def test_a_sweep_over_batch_trains_at_the_lr_as_written(tmp_path):
     """``lr: 0.05`` in the user's RMSprop YAML, batch 32 and 64 under the default linear rule:
     both jobs log ``lr`` 0.05, their optimizer's lr (``train/lr``, each epoch) is 0.05, and tag

@@ -68,7 +68,9 @@ def first_store(tmp_path_factory) -> tuple[Path, Path]:
         return folder / "first.db", next((folder / "cache" / "sweeps").glob("mlflow-*.db"))
 
 
-@pytest.mark.parametrize("damage", ["garbage", "stale revision", "an experiment in it"])
+# each damage rebuilds the template (~2 s): one in the default run, the others in the slow step
+@pytest.mark.parametrize("damage", [pytest.param("garbage", marks=pytest.mark.slow),
+                                    pytest.param("stale revision", marks=pytest.mark.slow), "an experiment in it"])
 def test_a_damaged_or_stale_template_is_rebuilt_and_the_store_is_whole(tmp_path, cache, first_store, damage):
     first, built = first_store
     cache.mkdir(parents=True)

@@ -170,6 +170,7 @@ def test_eight_concurrent_jobs_on_a_brand_new_store(tmp_path, tiny):
         assert "time/median_epoch_s" in j.data.metrics
 
 
+@pytest.mark.slow  # two jobs trained to compare their curves: ~2.5 s
 def test_same_seed_same_loss_curve_on_cpu(tmp_path, tiny):
     """Both runs in this one process: the second starts from whatever global RNG state the first
     left, so only the job's own seeding can make them equal."""

@@ -16,6 +16,7 @@ def _jobs(cwd, experiment="sweeps"):
     return {r.data.tags["sweeps.overrides"]: r for r in runs(cwd, experiment) if "mlflow.parentRunId" in r.data.tags}
 
 
+@pytest.mark.slow  # two real-data jobs to an accuracy: ~5 s on 2 cores
 def test_diabetes_regression_full_batch_and_minibatch(tmp_path):
     proc = cli_in_process(["-m", "+experiment=diabetes", "epochs=20"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -41,6 +41,7 @@ def store_of_two_sweeps(tmp_path_factory):
     return parents, jobs, single
 
 
+@pytest.mark.slow  # three sweeps and a rerun in one store: ~6 s on 2 cores
 def test_child_names_are_readable_and_unique_across_sweeps(store_of_two_sweeps):
     parents, jobs, single = store_of_two_sweeps
     assert len(parents) == 2 and len(jobs) == 4
@@ -54,12 +55,14 @@ def test_child_names_are_readable_and_unique_across_sweeps(store_of_two_sweeps):
     assert single.info.run_name == f"mlp b16 cpu #{single.info.run_id[:6]}"  # its own id: no sweep
 
 
+@pytest.mark.slow  # three sweeps and a rerun in one store: ~6 s on 2 cores
 def test_the_status_shows_the_outcome(store_of_two_sweeps):
     _, jobs, single = store_of_two_sweeps
     seen = {(j.data.tags["outcome"], j.info.status) for j in jobs} | {(single.data.tags["outcome"], single.info.status)}
     assert seen == {("ok", "FINISHED"), ("oom", "FAILED"), ("unavailable", "KILLED")}
 
 
+@pytest.mark.slow  # three sweeps and a rerun in one store: ~6 s on 2 cores
 def test_descriptions_say_the_outcome_and_the_command(store_of_two_sweeps):
     parents, jobs, single = store_of_two_sweeps
     oom = next(j for j in jobs if j.data.tags["outcome"] == "oom")
@@ -73,6 +76,7 @@ def test_descriptions_say_the_outcome_and_the_command(store_of_two_sweeps):
         assert "2 job(s): 1 ok, 1 oom" in note and "Varies: `batch`." in note
 
 
+@pytest.mark.slow  # three sweeps and a rerun in one store: ~6 s on 2 cores
 def test_the_parent_has_what_its_jobs_share_as_params(store_of_two_sweeps):
     parents, jobs, _ = store_of_two_sweeps
     for parent in parents:
@@ -83,6 +87,7 @@ def test_the_parent_has_what_its_jobs_share_as_params(store_of_two_sweeps):
         assert parent.data.params[names.TRAIN_EXAMPLES] == "64"
 
 
+@pytest.mark.slow  # three sweeps and a rerun in one store: ~6 s on 2 cores
 def test_mlflow_source_and_user_tags(store_of_two_sweeps):
     parents, jobs, single = store_of_two_sweeps
     for run in (*parents, *jobs, single):
@@ -95,6 +100,7 @@ def test_mlflow_source_and_user_tags(store_of_two_sweeps):
         assert tags.get("mlflow.source.git.commit") == (commit if re.fullmatch(r"[0-9a-f]{40}", commit) else None)
 
 
+@pytest.mark.slow  # three sweeps and a rerun in one store: ~6 s on 2 cores
 def test_dataset_inputs_and_example_counts(store_of_two_sweeps):
     _, jobs, single = store_of_two_sweeps
     for job in jobs:
@@ -140,6 +146,7 @@ def test_the_same_data_read_differently_keeps_its_own_shape_and_count(tmp_path):
     assert [len(d) for d in logged.values()] == [1, 1] and len(set.union(*logged.values())) == 2
 
 
+@pytest.mark.slow  # three sweeps and a rerun in one store: ~6 s on 2 cores
 def test_host_telemetry_is_also_a_system_metric(store_of_two_sweeps):
     _, jobs, _ = store_of_two_sweeps
     ok = next(j for j in jobs if j.data.tags["outcome"] == "ok")

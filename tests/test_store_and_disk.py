@@ -65,6 +65,7 @@ def test_corrupt_store(tmp_path, in_process):
     assert "mlflow.db" in line and "not an sqlite database" in line and "mlflow.tracking_uri" in line
 
 
+@pytest.mark.slow  # jobs against a read-only mount of the store: ~3.5 s
 def test_read_only_store(tmp_path, in_process, mounts):
     in_process(TINY)  # a store with one run in it
     db = tmp_path / "mlruns" / "mlflow.db"
@@ -228,6 +229,7 @@ def test_sweeps_bounds_mlflows_http_retries_unless_the_user_set_them(monkeypatch
     assert MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR.get() == 5
 
 
+@pytest.mark.slow  # a server's HTTP retries waited out: ~3 s
 def test_once_a_call_has_waited_out_every_retry_later_calls_try_once_until_one_is_answered(monkeypatch):
     """A tracking server that drops every connection (the network boundary: a real socket): the
     first call is tried 1 + MLflow's retries times; while the store counts as down each later call

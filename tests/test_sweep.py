@@ -160,6 +160,7 @@ def test_a_store_failing_while_the_sweep_opens_stops_it_in_one_line(tmp_path, mo
     assert "Launching" not in proc.stdout + proc.stderr  # no job ran
 
 
+@pytest.mark.slow  # a sweep whose store fails at its end: ~3 s
 def test_a_store_failing_while_the_sweep_closes_is_one_line_and_exit_1(tmp_path, monkeypatch):
     from conftest import cli_in_process
     from sweeps.launch.cli import sweep

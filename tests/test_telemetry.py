@@ -222,6 +222,7 @@ def cli_sweep(tmp_path_factory):
     return cwd, proc, {r.data.tags["sweeps.overrides"]: r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags}
 
 
+@pytest.mark.slow  # a sweep of three jobs sampled every 0.02 s: ~6 s on 2 cores
 def test_cli_jobs_log_host_telemetry_and_say_why_gpu_is_off(cli_sweep):
     cwd, proc, jobs = cli_sweep
     assert set(jobs) == {"model=oom_above", "model=mlp", "model=interrupt_after"}, proc.stderr[-3000:]
@@ -243,6 +244,7 @@ def test_cli_jobs_log_host_telemetry_and_say_why_gpu_is_off(cli_sweep):
         assert ok.data.tags[tag], tag
 
 
+@pytest.mark.slow  # a sweep of three jobs sampled every 0.02 s: ~6 s on 2 cores
 @pytest.mark.parametrize("job", ["model=mlp", "model=oom_above", "model=interrupt_after"])
 def test_cli_sampler_stops_and_logs_artifacts_on_every_outcome(cli_sweep, job):
     cwd, _, jobs = cli_sweep
