@@ -11,7 +11,7 @@ import pytest
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
-from sweeps.tracking import new_store, store
+from sweeps.tracking import new_store, store_processes
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 def _prepare(db: Path):
     cfg = OmegaConf.create({"mlflow": {"tracking_uri": f"sqlite:///{db}", "experiment": "e"}})
-    return store.prepare(cfg)
+    return store_processes.prepare(cfg)
 
 
 def _schema(db: Path) -> tuple[list, list]:

@@ -158,7 +158,7 @@ def test_a_store_locked_longer_than_sqlites_default_wait_is_waited_for_quietly(t
     from sweeps.tracking.store import open_client, quiet_sqlite
     from sweeps.tracking.writer import RunWriter
 
-    quiet_sqlite()  # as store.prepare does before the first connection
+    quiet_sqlite()  # as store_processes.prepare does before the first connection
     db = tmp_path / "mlflow.db"
     client = open_client(f"sqlite:///{db}")
     experiment = client.create_experiment("locked")
@@ -182,12 +182,12 @@ def _open_new_store(uri: str, as_job: bool, start, errors) -> None:
     """In a forked process: wait for the others, then open the store as a job or as a reader."""
     from omegaconf import OmegaConf
 
-    from sweeps.tracking import store as tracking_store
+    from sweeps.tracking import store as tracking_store, store_processes
 
     start.wait()
     try:
         if as_job:
-            tracking_store.prepare(OmegaConf.create({"mlflow": {"tracking_uri": uri, "experiment": "sweeps"}}))
+            store_processes.prepare(OmegaConf.create({"mlflow": {"tracking_uri": uri, "experiment": "sweeps"}}))
         else:
             tracking_store.open_client(uri).search_runs(["0"])
     except BaseException as e:  # noqa: BLE001 - the parent asserts on it

@@ -79,6 +79,8 @@ def test_the_report_command_says_which_experiment_a_preset_name_read(client, tmp
 
 
 def test_preset_names_include_a_users_own():
+    from sweeps.report import runs
+
     assert "smoke" in presets.preset_names() and "waves_batch" not in presets.preset_names()
     assert "waves_batch" in presets.preset_names(OWN_CONF)
-    assert presets.experiment_of("nope") is None
+    assert runs.experiment_of("nope") is None

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+# The project's config directory; @hydra.main and the tests compose from it.
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # a link to the repo's conf/ (see pyproject)
 PRESET_GROUP = "experiment"  # +experiment=NAME: a preset (conf/experiment/NAME.yaml)
 HIDDEN_GROUPS = ("schema", "case", "hydra")  # these and their subgroups: not chosen by a user
 WIDTH = 100  # columns of the help page (wrapped, never cut)

@@ -53,36 +53,7 @@ def name_the_experiment() -> None:
 def preset_names(config_dir: str | Path | None = None) -> list[str]:
     """The presets of ``conf/experiment/`` and of ``config_dir/experiment/`` (a user's
     ``--config-dir``), sorted."""
-    from sweeps.config.schema import CONF_DIR
-
-    sources = [{"path": str(CONF_DIR), "schema": "file"}]
+    sources = [{"path": str(catalog.CONF_DIR), "schema": "file"}]
     if config_dir is not None:
         sources.append({"path": str(Path(config_dir).resolve()), "schema": "file"})
     return [o.name for o in catalog.options(sources) if o.group == catalog.PRESET_GROUP]
-
-
-def experiment_of(preset: str, config_dir: str | Path | None = None) -> str | None:
-    """The MLflow experiment the preset ``preset`` logs to, composed as ``python -m sweeps
-    [--config-dir config_dir] +experiment=preset`` would (~0.3 s; no torch); None where there is
-    no such preset.
-
-    Raises:
-        LookupError: the preset exists but does not compose (its one-line reason).
-    """
-    if preset not in preset_names(config_dir):
-        return None
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-
-    from sweeps.config.schema import CONF_DIR, register
-
-    register()
-    overrides = [f"+{catalog.PRESET_GROUP}={preset}"]
-    if config_dir is not None:
-        overrides.append(f"hydra.searchpath=[file://{Path(config_dir).resolve()}]")
-    try:
-        with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-            return str(compose("config", overrides=overrides).mlflow.experiment)
-    except HydraException as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise LookupError(f"preset {preset!r} does not compose: {reason}") from None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -25,10 +24,7 @@ from omegaconf import MISSING, OmegaConf
 
 from sweeps.config import catalog, presets
 from sweeps.config.options import OPTION_SCHEMAS
-
-
-# The project's config directory; @hydra.main and the tests compose from it.
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # a link to the repo's conf/ (see pyproject)
+from sweeps.config.catalog import CONF_DIR  # noqa: F401 — sweeps.config.CONF_DIR, where users and tests find it
 
 
 @dataclass

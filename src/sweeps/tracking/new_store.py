@@ -11,7 +11,7 @@ it) — is kept as a template in the user's cache, keyed by the MLflow and SQLAl
 new store is a copy of the template, synced and renamed into place: a crash at any moment leaves
 either no DB (the next start creates it) or a whole one, never a half-migrated file.
 
-Callers hold the store's creation lock (:func:`sweeps.tracking.store.prepare`); without MLflow's
+Callers hold the store's creation lock (:func:`sweeps.tracking.store_processes.prepare`); without MLflow's
 private helper (a future MLflow), MLflow creates the store itself as before.
 """
 from __future__ import annotations

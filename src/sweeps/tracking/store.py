@@ -87,22 +87,6 @@ def quiet_sqlite() -> None:
     _quiet.append(True)
 
 
-def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -> tuple[Any, str]:
-    """Client for the store and the experiment id, creating DB and experiment if needed: the
-    store's own process's client where the command started one for this store
-    (:mod:`sweeps.tracking.store_service`: this process then never imports mlflow), else an
-    :class:`mlflow.MlflowClient` of this process (:func:`open_store`).
-
-    Raises:
-        UsageError: the store cannot be opened or the server does not answer (one line).
-    """
-    from sweeps.tracking import store_processes
-
-    uri = tracking_uri(cfg)
-    opened = store_processes.opened(uri, str(cfg.mlflow.experiment))
-    return opened if opened is not None else open_store(uri, str(cfg.mlflow.experiment), hold)
-
-
 def open_store(uri: str, experiment: str, hold: Callable[[], ContextManager] = nullcontext) -> tuple[MlflowClient, str]:
     """An :class:`mlflow.MlflowClient` on ``uri`` and the id of ``experiment`` there, creating DB
     and experiment if needed.

@@ -5,10 +5,7 @@ store is. Imports neither mlflow nor the pipe's module.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
-
-if TYPE_CHECKING:
-    from sweeps.tracking.store_service import StoreService
+from typing import Any, Callable
 
 
 class RemoteClient:
@@ -19,7 +16,9 @@ class RemoteClient:
 
     remote = True  # sweeps.tracking.entities.classes: build light entities for this client
 
-    def __init__(self, service: "StoreService"):
+    def __init__(self, service: Any):
+        """``service``: the :class:`~sweeps.tracking.store_service.StoreService` that answers
+        (not imported here: the service's module builds its clients)."""
         self._service, self.tracking_uri = service, service.uri
 
     def __getattr__(self, name: str) -> Callable[..., Any]:

@@ -1,6 +1,7 @@
 """This process's store processes (:mod:`sweeps.tracking.store_service`): which command lines
 start one (:func:`prestart`, before Hydra composes the config), which store it opens
-(:func:`start`, once the config is valid), the client a job gets from it (:func:`opened`), and
+(:func:`start`, once the config is valid), the client a job gets from it (:func:`opened`; 
+:func:`prepare`: that client, else one of this process), and
 their end (:func:`discard_spare`, :func:`stop`).
 
 A sweep's process (``-m``) keeps a client of its own for its parent run, and its store process
@@ -14,7 +15,12 @@ from __future__ import annotations
 import atexit
 import logging
 import sys
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager
 
+from omegaconf import DictConfig
+
+from sweeps.tracking import store
 from sweeps.tracking.store_client import RemoteClient
 from sweeps.tracking.store_service import StoreService
 
@@ -113,10 +119,22 @@ def opened(uri: str, experiment: str) -> tuple[RemoteClient, str] | None:
     answer = service.opened()
     if experiment == service.experiment:
         return answer
-    from sweeps.tracking import store
-
     client = answer[0]
     return client, client.run(store.experiment_id, experiment)
+
+
+def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -> tuple[Any, str]:
+    """Client for the store and the experiment id, creating DB and experiment if needed: the
+    store's own process's client where the command started one for this store
+    (:mod:`sweeps.tracking.store_service`: this process then never imports mlflow), else an
+    :class:`mlflow.MlflowClient` of this process (:func:`~sweeps.tracking.store.open_store`).
+
+    Raises:
+        UsageError: the store cannot be opened or the server does not answer (one line).
+    """
+    uri = store.tracking_uri(cfg)
+    client = opened(uri, str(cfg.mlflow.experiment))
+    return client if client is not None else store.open_store(uri, str(cfg.mlflow.experiment), hold)
 
 
 def stop() -> None:

@@ -134,7 +134,7 @@ class SweepCallback(Callback):
             current().planned_jobs = check_sweep(config)  # every job's values, before the parent run opens and any job starts
             if not launchers.runs_jobs_in_this_process(config):  # a pool's, Slurm's: the store process would idle
                 store_processes.discard_spare()
-            client, experiment_id = store.prepare(config, hold=signals.held)  # a new store is created whole
+            client, experiment_id = store_processes.prepare(config, hold=signals.held)  # a new store is created whole
         except UsageError as e:
             stop(e)
         signals.stop_if_received()  # a signal held while the store was created: raised now

@@ -30,7 +30,7 @@ from sweeps.launch.process import parent_run, signals
 from sweeps.state import current
 from sweeps.tasks.base import Task, create, settings_of_other_tasks
 from sweeps.telemetry.sampler import for_job
-from sweeps.tracking import inputs, naming, resume, series, store
+from sweeps.tracking import inputs, naming, resume, series, store, store_processes
 from sweeps.tracking.env import environment_tags, fingerprint_json
 from sweeps.tracking.epochs import JOURNAL, EpochLog, read_journal
 from sweeps.tracking.writer import RunWriter
@@ -218,7 +218,7 @@ def run(cfg: DictConfig) -> str:
     name, choices, multirun = _hydra_context()
     log.info(progress.job_line(name, HydraConfig.get().job.num + 1 if multirun else None))
     task = create(cfg)
-    client, experiment_id = store.prepare(cfg, hold=signals.held)  # a new store is created whole
+    client, experiment_id = store_processes.prepare(cfg, hold=signals.held)  # a new store is created whole
     signals.stop_if_received()  # a signal held while the store was created: raised now
     if not multirun:  # a sweep does this once, in its callback
         resume.mark_stale(client, experiment_id, cfg.checkpoint.dir)
