@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mlflow.entities import Param
 
 from conftest import StartedCli, runs
 
@@ -55,6 +56,45 @@ def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp
         steps = sorted(m.step for m in client.get_metric_history(run_id, key))
         assert steps == [1, 2, 3, 4, 5], (key, steps)
     assert client.get_run(run_id).info.status == "KILLED"
+
+
+def test_params_and_tags_a_killed_job_never_had_stored_reach_its_run_at_the_next_start(tmp_path, monkeypatch):
+    """A job killed after it journaled its params and tags but before the store took them (its
+    posted calls died with its store process; its queued tags with it): the next start sends
+    what the run lacks and nothing twice, then closes the run killed."""
+    import socket
+
+    from sweeps import names
+    from sweeps.tracking import records, resume, writer
+    from sweeps.tracking.store import open_client
+
+    monkeypatch.setattr(writer, "FLUSH_S", 30.0)  # the dead job's beat sends nothing during the test
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("race")
+    tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: "h1",
+            names.OUTCOME_TAG: names.RUNNING}
+    run_id = client.create_run(experiment, run_name="killed", tags=tags).info.run_id
+    client.log_batch(run_id, params=[Param("already", "there")])
+    folder = tmp_path / "checkpoints" / "h1" / run_id
+    dead = writer.RunWriter.attach(client, run_id, reopen=False)
+    dead.records = records.RecordLog(folder / records.RECORDS)
+    posted = []
+    monkeypatch.setattr(dead, "_later", lambda *args, **kwargs: posted.append(args))  # never reaches the store
+    dead.log_params({"already": "there", "optimizer.lr": 0.1, "batch": 64})
+    dead.set_tags({names.COMPILED_TAG: "no", "sweeps.note": "first"})
+    dead.set_tags({"sweeps.note": "second"})
+    dead.queue_tags({names.LR_TAG: "as written"})  # held for the next metric batch, which never came
+    dead._tags.clear()
+    assert len(posted) == 3 and not client.get_run(run_id).data.tags.get("sweeps.note")
+
+    assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1  # the next start
+    run = client.get_run(run_id)
+    assert run.data.params == {"already": "there", "optimizer.lr": "0.1", "batch": "64"}
+    assert run.data.tags["sweeps.note"] == "second" and run.data.tags[names.COMPILED_TAG] == "no"
+    assert run.data.tags[names.LR_TAG] == "as written"
+    assert run.info.status == "KILLED" and run.data.tags[names.OUTCOME_TAG] == names.KILLED
+    assert records.replay(client, client.get_run(run_id), folder) == 0  # a second start sends nothing again
+    dead.close()
 
 
 def _duplicates(db: Path) -> list[tuple]:

@@ -17,7 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from sweeps import names
 from sweeps.names import DONE, HASH_TAG, HOST_TAG, PID_TAG, RESUMED_TAG  # noqa: F401 (re-exported)
-from sweeps.tracking import series
+from sweeps.errors import brief
+from sweeps.tracking import records, series
 from sweeps.tracking.epochs import JOURNAL, read_journal
 
 if TYPE_CHECKING:
@@ -105,7 +106,9 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
     Write-ahead all the way: before a stale run is closed, what its journal
     (``<checkpoint_dir>/<config hash>/<run id>/epochs.jsonl``) holds that never reached MLflow
     — the epochs the dead process had printed but not yet sent — is replayed into it, each
-    (metric, epoch) once (:meth:`RunWriter.replay` checks the run's history first)."""
+    (metric, epoch) once (:meth:`RunWriter.replay` checks the run's history first), and so are
+    the params and tags it had journaled but the store never took
+    (:mod:`sweeps.tracking.records`: ``run.jsonl`` beside the journal)."""
     host = socket.gethostname()
     stale = ended = 0
     for run in client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
@@ -117,6 +120,7 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
             continue
         folder = Path(checkpoint_dir) / tags[HASH_TAG] / run.info.run_id if checkpoint_dir and tags.get(HASH_TAG) else None
         if folder is not None:
+            _replay_records(client, run, folder)
             _replay_journal(client, run, folder / JOURNAL)
             if _close_ended(client, run.info.run_id, folder):
                 ended += 1
@@ -186,6 +190,19 @@ def _close_ended(client: MlflowClient, run_id: str, folder: Path) -> bool:
 
         shutil.rmtree(folder, ignore_errors=True)
     return True
+
+
+def _replay_records(client: MlflowClient, run, folder: Path) -> None:
+    """Send the params and tags ``run``'s dead process journaled and the store lacks
+    (:func:`sweeps.tracking.records.replay`; never raises: the run is closed anyway)."""
+    try:
+        sent = records.replay(client, run, folder)
+    except Exception as e:  # noqa: BLE001 — a store that refuses them still gets the run closed
+        log.warning("run %s: its journaled params and tags could not be replayed: %s", run.info.run_id, brief(e))
+        return
+    if sent:
+        log.info("run %s: %d param(s) and tag(s) its dead process had not sent, replayed from %s",
+                 run.info.run_id, sent, folder / records.RECORDS)
 
 
 def _replay_journal(client: MlflowClient, run, journal: Path) -> None:

@@ -30,6 +30,7 @@ from sweeps import names
 from sweeps.errors import brief
 from sweeps.tracking import entities, http_policy, priority
 from sweeps.tracking.cadence import Cadence
+from sweeps.tracking.records import RecordLog
 from sweeps.tracking.series import in_series
 from sweeps.tracking.store import quiet_sqlite
 from sweeps.tracking.store_service import HURRY_AFTER_S
@@ -75,6 +76,7 @@ class RunWriter:
         self._summary: dict[str, float] = {}  # a reopened run's values so far: not logged again at step 0
         # which epochs replay() sends: in_series(rec, every_epochs, every_evaluated) (sweeps.tracking.series)
         self.every_epochs, self.every_evaluated = 1, True
+        self.records: RecordLog | None = None  # where params and tags are journaled first (sweeps.tracking.records)
         self._thread = threading.Thread(target=self._loop, name="sweeps-mlflow-writer", daemon=True)
         self._thread.start()
 
@@ -91,7 +93,10 @@ class RunWriter:
         return job
 
     def log_params(self, params: dict[str, Any]) -> None:
-        """Log ``params`` (see :meth:`set_tags` for when the store takes them)."""
+        """Log ``params`` (see :meth:`set_tags` for when the store takes them, and what a kill
+        between the two keeps)."""
+        if self.records:
+            self.records.append("params", params)
         self._later(f"{len(params)} param(s) of run {self.run_id}", "log_batch", self.run_id,
                     params=[self._Param(k, str(v)) for k, v in params.items()])
 
@@ -100,15 +105,21 @@ class RunWriter:
         ~10 ms a call (its own work, not the pipe's), spent on the other core while the job goes
         on; the next call that waits for an answer (a run created, a flush, the run's end) comes
         after it, and a refusal is a warning naming the tags, not an exception. With an
-        in-process client the call is made here and raises what MLflow raises."""
+        in-process client the call is made here and raises what MLflow raises. Where
+        :attr:`records` is set the tags are journaled first: a job killed before the store took
+        them has them sent by the next start (:func:`sweeps.tracking.records.replay`)."""
+        if self.records:
+            self.records.append("tags", tags)
         self._later(f"tag(s) {', '.join(tags)} of run {self.run_id}", "log_batch", self.run_id,
                     tags=[self._RunTag(k, str(v)) for k, v in tags.items()])
 
     def queue_tags(self, tags: dict[str, Any]) -> None:
         """Set ``tags`` with the next batch of metric values (the background beat, a flush, the
         run's end) rather than in a store call of their own (~10 ms of MLflow's each, about a
-        third of a tiny job's store work). For tags a killed job's resumed run sets again (the
-        device, loader and telemetry descriptions): one killed before that batch loses them."""
+        third of a tiny job's store work). Journaled first where :attr:`records` is set (see
+        :meth:`set_tags`): a job killed before that batch keeps them too."""
+        if self.records:
+            self.records.append("tags", tags)
         items = [(k, str(v)) for k, v in tags.items()]
         self._tags.extend(items)  # atomic under the GIL, as log_metrics: the beat may be sending meanwhile
 
@@ -317,7 +328,9 @@ class RunWriter:
         self._thread.join(timeout=60)
 
     def end(self, status: str) -> None:
-        """Send what is queued, then close the run: ``FINISHED``, ``FAILED`` or ``KILLED``."""
+        """Send what is queued, then close the run: ``FINISHED``, ``FAILED`` or ``KILLED``. A
+        closed run is replayed no more: nothing is journaled after this (:attr:`records` off)."""
+        self.records = None
         self.close()
         self.client.set_terminated(self.run_id, status)
 

@@ -1,0 +1,90 @@
+"""A run's params and tags, journaled: each call that logs them appends one JSON line to the
+run's :data:`RECORDS` file (beside its epoch journal, in the run's checkpoint folder) before it is
+sent, and a later start replays what the run lacks (:func:`replay`, from
+:func:`sweeps.tracking.resume.mark_stale`).
+
+Why: through a store process a job does not wait for a tag or a param to be stored
+(:meth:`~sweeps.tracking.writer.RunWriter.set_tags`), and :meth:`RunWriter.queue_tags
+<sweeps.tracking.writer.RunWriter.queue_tags>` holds tags until the next batch of metric values.
+A job killed (SIGKILL, the OOM killer) between the call and the store taking it lost them; the
+line written first survives the process, as the epoch journal does. Replaying is idempotent: a
+param MLflow already holds is not sent again (a param's value never changes), a tag only where
+the run's value differs, so a dead job's store process that still ingests its last call stores
+nothing twice.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from sweeps.tracking import entities
+
+log = logging.getLogger("sweeps")
+RECORDS = "run.jsonl"  # in a run's folder: {"params": {...}} or {"tags": {...}} per line, in call order
+PER_CALL = 100  # MLflow's log_batch limit on params, and on tags, per call
+
+
+class RecordLog:
+    """Appends a run's params and tags to ``path`` (:data:`RECORDS`), one JSON line per call,
+    written to the OS before the call returns (it survives the process, not a power loss). Never
+    raises: a folder that cannot be written (read-only, full) switches the log off, and the run's
+    values still go to MLflow as before — only without this copy."""
+
+    def __init__(self, path: str | Path):
+        self.path, self.off = Path(path), False
+
+    def append(self, kind: str, values: dict[str, Any]) -> None:
+        """One line ``{kind: values}`` (``kind``: ``"params"`` or ``"tags"``; values as strings)."""
+        if self.off or not values:
+            return
+        line = json.dumps({kind: {k: str(v) for k, v in values.items()}}) + "\n"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            self.off = True
+            log.debug("the run's params and tags are not journaled (%s): %s", self.path, e)
+
+
+def read(path: str | Path) -> tuple[dict[str, str], dict[str, str]]:
+    """``(params, tags)`` that :data:`RECORDS` at ``path`` holds, a tag set twice at its last
+    value; empty where there is no file. A torn last line (the process died writing it) is
+    skipped."""
+    params: dict[str, str] = {}
+    tags: dict[str, str] = {}
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return params, tags
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        params.update(record.get("params") or {})
+        tags.update(record.get("tags") or {})
+    return params, tags
+
+
+def replay(client: Any, run: Any, folder: str | Path) -> int:
+    """Send run ``run`` (an MLflow run as ``search_runs`` returns it) the params and tags its
+    :data:`RECORDS` in ``folder`` holds and the run lacks: a param it has not, a tag whose value
+    differs. Returns how many were sent. Raises what MLflow raises."""
+    params, tags = read(Path(folder) / RECORDS)
+    params = {k: v for k, v in params.items() if k not in run.data.params}
+    tags = {k: v for k, v in tags.items() if run.data.tags.get(k) != v}
+    _, Param, RunTag = entities.classes(client)
+    items = [Param(k, v) for k, v in params.items()]
+    for i in range(0, len(items), PER_CALL):
+        client.log_batch(run.info.run_id, params=items[i:i + PER_CALL])
+    items = [RunTag(k, v) for k, v in tags.items()]
+    for i in range(0, len(items), PER_CALL):
+        client.log_batch(run.info.run_id, tags=items[i:i + PER_CALL])
+    return len(params) + len(tags)
