@@ -48,11 +48,12 @@ class Ended:
 
 
 def snapshot_journals(checkpoints: Path) -> dict[str, list[dict]]:
-    """Every journal under ``checkpoints`` (``<hash>/<run id>/epochs.jsonl``) as {run id: records};
-    a torn last line (the process died writing it) is not a record."""
+    """Every journal under ``checkpoints`` (``<hash>/<run id>/epochs.jsonl``, and the params and
+    tags journaled in ``run.jsonl`` beside it) as {run id: records}; a torn last line (the
+    process died writing it) is not a record."""
     out: dict[str, list[dict]] = {}
     try:  # a sweep ending as it is read removes a finished job's folder: that journal is in MLflow
-        paths = list(checkpoints.glob("*/*/epochs.jsonl")) if checkpoints.is_dir() else []
+        paths = [*checkpoints.glob("*/*/epochs.jsonl"), *checkpoints.glob("*/*/run.jsonl")] if checkpoints.is_dir() else []
     except FileNotFoundError:
         paths = []
     for path in paths:
@@ -66,7 +67,7 @@ def snapshot_journals(checkpoints: Path) -> dict[str, list[dict]]:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
                 continue
-        out[path.parent.name] = records
+        out.setdefault(path.parent.name, []).extend(records)
     return out
 
 
@@ -141,7 +142,8 @@ def store(t: Tally, client, experiment: str, planned: int, journals: dict[str, l
     """The store after the rerun: no run RUNNING; every planned config ok exactly once, the runs
     that were ok before the rerun still its ok runs; no outcome but ok/killed (``error`` allowed
     only where the fault was the store itself); no (metric, step) twice; every epoch a journal
-    held (snapshots taken after the fault and after the rerun) in its run."""
+    held (snapshots taken after the fault and after the rerun) in its run, and every param (at
+    its value) and tag it journaled."""
     parents, jobs = job_runs(client, experiment)
     for r in parents + jobs:
         t.check(r.info.status != "RUNNING", f"run {r.info.run_id} ({r.info.run_name}) left RUNNING")
@@ -176,6 +178,15 @@ def store(t: Tally, client, experiment: str, planned: int, journals: dict[str, l
                     missing.append(f"{key}@{rec['epoch']}")
         if missing:
             t.violations.append(f"run {run_id}: {len(missing)} journal value(s) not in MLflow, e.g. {missing[:4]}")
+    by_id = {r.info.run_id: r for r in jobs}
+    for run_id, records in journals.items():
+        run = by_id.get(run_id)
+        for rec in records:
+            for key, value in (rec.get("params") or {}).items():
+                t.check(run is not None and run.data.params.get(key) == value,
+                        f"run {run_id}: journaled param {key}={value!r} not on the run")
+            for key in rec.get("tags") or {}:  # its value may be a later owner's (outcome, resumed)
+                t.check(run is not None and key in run.data.tags, f"run {run_id}: journaled tag {key} not on the run")
 
 
 def folders_cleared(t: Tally, checkpoints: Path) -> None:
