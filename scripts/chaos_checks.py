@@ -143,7 +143,7 @@ def store(t: Tally, client, experiment: str, planned: int, journals: dict[str, l
     that were ok before the rerun still its ok runs; no outcome but ok/killed (``error`` allowed
     only where the fault was the store itself); no (metric, step) twice; every epoch a journal
     held (snapshots taken after the fault and after the rerun) in its run, and every param (at
-    its value) and tag it journaled."""
+    its value), tag and text it journaled."""
     parents, jobs = job_runs(client, experiment)
     for r in parents + jobs:
         t.check(r.info.status != "RUNNING", f"run {r.info.run_id} ({r.info.run_name}) left RUNNING")
@@ -187,6 +187,10 @@ def store(t: Tally, client, experiment: str, planned: int, journals: dict[str, l
                         f"run {run_id}: journaled param {key}={value!r} not on the run")
             for key in rec.get("tags") or {}:  # its value may be a later owner's (outcome, resumed)
                 t.check(run is not None and key in run.data.tags, f"run {run_id}: journaled tag {key} not on the run")
+            if rec.get("texts") and run is not None:
+                stored = {a.path for a in client.list_artifacts(run_id)}
+                for name in rec["texts"]:
+                    t.check(name in stored, f"run {run_id}: journaled text {name} not among its artifacts")
 
 
 def folders_cleared(t: Tally, checkpoints: Path) -> None:

@@ -58,10 +58,11 @@ def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp
     assert client.get_run(run_id).info.status == "KILLED"
 
 
-def test_params_and_tags_a_killed_job_never_had_stored_reach_its_run_at_the_next_start(tmp_path, monkeypatch):
-    """A job killed after it journaled its params and tags but before the store took them (its
-    posted calls died with its store process; its queued tags with it): the next start sends
-    what the run lacks and nothing twice, then closes the run killed."""
+def test_params_tags_and_texts_a_killed_job_never_had_stored_reach_its_run_at_the_next_start(tmp_path, monkeypatch):
+    """A job killed after it journaled its params, tags and config text but before the store took
+    them (its posted calls died with its store process; its queued tags with it): the next start
+    sends what the run lacks and nothing twice, then closes the run killed. A text longer than
+    the journal keeps is not copied."""
     import socket
 
     from sweeps import names
@@ -85,13 +86,18 @@ def test_params_and_tags_a_killed_job_never_had_stored_reach_its_run_at_the_next
     dead.set_tags({"sweeps.note": "second"})
     dead.queue_tags({names.LR_TAG: "as written"})  # held for the next metric batch, which never came
     dead._tags.clear()
-    assert len(posted) == 3 and not client.get_run(run_id).data.tags.get("sweeps.note")
+    dead.log_text("optimizer:\n  lr: 0.1\n", "config.yaml")
+    dead.log_text("x" * (records.TEXT_MAX + 1), "epochs.csv")
+    assert len(posted) == 5 and not client.get_run(run_id).data.tags.get("sweeps.note")
 
     assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1  # the next start
     run = client.get_run(run_id)
     assert run.data.params == {"already": "there", "optimizer.lr": "0.1", "batch": "64"}
     assert run.data.tags["sweeps.note"] == "second" and run.data.tags[names.COMPILED_TAG] == "no"
     assert run.data.tags[names.LR_TAG] == "as written"
+    assert [a.path for a in client.list_artifacts(run_id)] == ["config.yaml"]
+    assert client.download_artifacts(run_id, "config.yaml", str(tmp_path)) and \
+        (tmp_path / "config.yaml").read_text() == "optimizer:\n  lr: 0.1\n"
     assert run.info.status == "KILLED" and run.data.tags[names.OUTCOME_TAG] == names.KILLED
     assert records.replay(client, client.get_run(run_id), folder) == 0  # a second start sends nothing again
     dead.close()

@@ -1,4 +1,4 @@
-"""A run's params and tags, journaled: each call that logs them appends one JSON line to the
+"""A run's params, tags and small texts, journaled: each call that logs them appends one JSON line to the
 run's :data:`RECORDS` file (beside its epoch journal, in the run's checkpoint folder) before it is
 sent, and a later start replays what the run lacks (:func:`replay`, from
 :func:`sweeps.tracking.resume.mark_stale`).
@@ -9,8 +9,10 @@ Why: through a store process a job does not wait for a tag or a param to be stor
 A job killed (SIGKILL, the OOM killer) between the call and the store taking it lost them; the
 line written first survives the process, as the epoch journal does. Replaying is idempotent: a
 param MLflow already holds is not sent again (a param's value never changes), a tag only where
-the run's value differs, so a dead job's store process that still ingests its last call stores
-nothing twice.
+the run's value differs, a text only where the run has no artifact of its name, so a dead job's
+store process that still ingests its last call stores nothing twice. Texts are journaled up to
+:data:`TEXT_MAX` characters (the config and the machine's fingerprint, a short job's CSVs); a long
+job's ``epochs.csv`` is not copied: its epochs are in the epoch journal.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from sweeps.tracking import entities
 log = logging.getLogger("sweeps")
 RECORDS = "run.jsonl"  # in a run's folder: {"params": {...}} or {"tags": {...}} per line, in call order
 PER_CALL = 100  # MLflow's log_batch limit on params, and on tags, per call
+TEXT_MAX = 64 * 1024  # characters: a longer text is sent, not journaled
 
 
 class RecordLog:
@@ -37,7 +40,10 @@ class RecordLog:
         self.path, self.off = Path(path), False
 
     def append(self, kind: str, values: dict[str, Any]) -> None:
-        """One line ``{kind: values}`` (``kind``: ``"params"`` or ``"tags"``; values as strings)."""
+        """One line ``{kind: values}`` (``kind``: ``"params"``, ``"tags"`` or ``"texts"``: artifact
+        name → text, left out above :data:`TEXT_MAX` characters; values as strings)."""
+        if kind == "texts":
+            values = {k: v for k, v in values.items() if len(v) <= TEXT_MAX}
         if self.off or not values:
             return
         line = json.dumps({kind: {k: str(v) for k, v in values.items()}}) + "\n"
@@ -53,33 +59,39 @@ class RecordLog:
             log.debug("the run's params and tags are not journaled (%s): %s", self.path, e)
 
 
-def read(path: str | Path) -> tuple[dict[str, str], dict[str, str]]:
-    """``(params, tags)`` that :data:`RECORDS` at ``path`` holds, a tag set twice at its last
-    value; empty where there is no file. A torn last line (the process died writing it) is
-    skipped."""
-    params: dict[str, str] = {}
-    tags: dict[str, str] = {}
+def read(path: str | Path) -> dict[str, dict[str, str]]:
+    """``{"params": …, "tags": …, "texts": …}`` that :data:`RECORDS` at ``path`` holds, a tag or
+    text logged twice at its last value; empty dicts where there is no file. A torn last line (the
+    process died writing it) is skipped."""
+    out: dict[str, dict[str, str]] = {"params": {}, "tags": {}, "texts": {}}
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError:
-        return params, tags
+        return out
     for line in lines:
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        params.update(record.get("params") or {})
-        tags.update(record.get("tags") or {})
-    return params, tags
+        for kind, values in out.items():
+            values.update(record.get(kind) or {})
+    return out
 
 
 def replay(client: Any, run: Any, folder: str | Path) -> int:
-    """Send run ``run`` (an MLflow run as ``search_runs`` returns it) the params and tags its
-    :data:`RECORDS` in ``folder`` holds and the run lacks: a param it has not, a tag whose value
-    differs. Returns how many were sent. Raises what MLflow raises."""
-    params, tags = read(Path(folder) / RECORDS)
-    params = {k: v for k, v in params.items() if k not in run.data.params}
-    tags = {k: v for k, v in tags.items() if run.data.tags.get(k) != v}
+    """Send run ``run`` (an MLflow run as ``search_runs`` returns it) the params, tags and texts
+    its :data:`RECORDS` in ``folder`` holds and the run lacks: a param it has not, a tag whose
+    value differs, a text with no artifact of its name. Returns how many were sent. Raises what
+    MLflow raises."""
+    held = read(Path(folder) / RECORDS)
+    params = {k: v for k, v in held["params"].items() if k not in run.data.params}
+    tags = {k: v for k, v in held["tags"].items() if run.data.tags.get(k) != v}
+    texts = held["texts"]
+    if texts:
+        stored = {a.path for a in client.list_artifacts(run.info.run_id)}
+        texts = {k: v for k, v in texts.items() if k not in stored}
+    for name, text in texts.items():
+        client.log_text(run.info.run_id, text, name)
     _, Param, RunTag = entities.classes(client)
     items = [Param(k, v) for k, v in params.items()]
     for i in range(0, len(items), PER_CALL):
@@ -87,4 +99,4 @@ def replay(client: Any, run: Any, folder: str | Path) -> int:
     items = [RunTag(k, v) for k, v in tags.items()]
     for i in range(0, len(items), PER_CALL):
         client.log_batch(run.info.run_id, tags=items[i:i + PER_CALL])
-    return len(params) + len(tags)
+    return len(params) + len(tags) + len(texts)

@@ -107,7 +107,7 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
     (``<checkpoint_dir>/<config hash>/<run id>/epochs.jsonl``) holds that never reached MLflow
     — the epochs the dead process had printed but not yet sent — is replayed into it, each
     (metric, epoch) once (:meth:`RunWriter.replay` checks the run's history first), and so are
-    the params and tags it had journaled but the store never took
+    the params, tags and texts it had journaled but the store never took
     (:mod:`sweeps.tracking.records`: ``run.jsonl`` beside the journal)."""
     host = socket.gethostname()
     stale = ended = 0
@@ -193,15 +193,15 @@ def _close_ended(client: MlflowClient, run_id: str, folder: Path) -> bool:
 
 
 def _replay_records(client: MlflowClient, run, folder: Path) -> None:
-    """Send the params and tags ``run``'s dead process journaled and the store lacks
+    """Send the params, tags and texts ``run``'s dead process journaled and the store lacks
     (:func:`sweeps.tracking.records.replay`; never raises: the run is closed anyway)."""
     try:
         sent = records.replay(client, run, folder)
     except Exception as e:  # noqa: BLE001 — a store that refuses them still gets the run closed
-        log.warning("run %s: its journaled params and tags could not be replayed: %s", run.info.run_id, brief(e))
+        log.warning("run %s: its journaled params, tags and texts could not be replayed: %s", run.info.run_id, brief(e))
         return
     if sent:
-        log.info("run %s: %d param(s) and tag(s) its dead process had not sent, replayed from %s",
+        log.info("run %s: %d param(s), tag(s) and text(s) its dead process had not sent, replayed from %s",
                  run.info.run_id, sent, folder / records.RECORDS)
 
 

@@ -76,7 +76,7 @@ class RunWriter:
         self._summary: dict[str, float] = {}  # a reopened run's values so far: not logged again at step 0
         # which epochs replay() sends: in_series(rec, every_epochs, every_evaluated) (sweeps.tracking.series)
         self.every_epochs, self.every_evaluated = 1, True
-        self.records: RecordLog | None = None  # where params and tags are journaled first (sweeps.tracking.records)
+        self.records: RecordLog | None = None  # where params, tags, texts are journaled first (sweeps.tracking.records)
         self._thread = threading.Thread(target=self._loop, name="sweeps-mlflow-writer", daemon=True)
         self._thread.start()
 
@@ -315,7 +315,10 @@ class RunWriter:
             self.client.log_artifact(self.run_id, str(path))
 
     def log_text(self, text: str, name: str) -> None:
-        """Log ``text`` as the run's artifact ``name`` (see :meth:`set_tags` for when)."""
+        """Log ``text`` as the run's artifact ``name`` (see :meth:`set_tags` for when; journaled
+        first up to :data:`~sweeps.tracking.records.TEXT_MAX` characters)."""
+        if self.records:
+            self.records.append("texts", {name: text})
         self._later(f"{name} of run {self.run_id}", "log_text", self.run_id, text, name)
 
     def close(self) -> None:
