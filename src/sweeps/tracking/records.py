@@ -25,13 +25,13 @@ from typing import Any
 from sweeps.tracking import entities
 
 log = logging.getLogger("sweeps")
-RECORDS = "run.jsonl"  # in a run's folder: {"params": {...}} or {"tags": {...}} per line, in call order
+RECORDS = "run.jsonl"  # in a run's folder: {"params"/"tags"/"texts": {name: value}} per line, in call order
 PER_CALL = 100  # MLflow's log_batch limit on params, and on tags, per call
 TEXT_MAX = 64 * 1024  # characters: a longer text is sent, not journaled
 
 
 class RecordLog:
-    """Appends a run's params and tags to ``path`` (:data:`RECORDS`), one JSON line per call,
+    """Appends a run's params, tags and texts to ``path`` (:data:`RECORDS`), one JSON line per call,
     written to the OS before the call returns (it survives the process, not a power loss). Never
     raises: a folder that cannot be written (read-only, full) switches the log off, and the run's
     values still go to MLflow as before — only without this copy."""
