@@ -184,14 +184,12 @@ def experiment_of(preset: str, config_dir: str | Path | None = None) -> str | No
     Raises:
         LookupError: the preset exists but does not compose (its one-line reason).
     """
-    from sweeps.config import catalog, presets
+    from sweeps.config import catalog, presets, register
 
     if preset not in presets.preset_names(config_dir):
         return None
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-
-    from sweeps.config import register
 
     register()
     overrides = [f"+{catalog.PRESET_GROUP}={preset}"]
