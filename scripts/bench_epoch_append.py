@@ -4,13 +4,11 @@
 
     python scripts/bench_epoch_append.py [--repeats 5] [--epochs 3000]
 
-- ``journal only``: :meth:`EpochLog.append` once the run was handed to the writer process (the
-  line is written and flushed; nothing else) — what a tailing writer process costs per epoch;
-- ``journal + pipe``: the same plus writing the line to a pipe a reader process drains — what a
-  writer process fed through a pipe would cost instead;
-- ``journal + in-process queue``: the append as it was before the writer process (the metrics
-  also queued on the run's :class:`RunWriter`; the queue is cleared, not sent: the sending's own
-  ~50 µs per value on the GIL comes on top and is what ``bench_job_overhead.py`` shows);
+- ``journal + queue``: :meth:`EpochLog.append` as a job makes it (the line written and flushed,
+  the metrics queued on the run's :class:`RunWriter`; the queue is cleared, not sent: the
+  sending, in the writer's background thread and the store process, comes on top and is what
+  ``bench_job_overhead.py`` shows);
+- ``journal only``: the same without a run (a data-parallel rank other than 0): the line alone;
 - the other per-epoch pieces of :meth:`sweeps.train.loop.Trainer.fit`: the host-load window
   (:class:`sweeps.train.noise.HostLoad`, read at most every 0.1 s), the process RSS read for
   ``mem/epoch_peak_mb``, and the constant schedule's ``step()``.
@@ -20,8 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,8 +25,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from sweeps.tracking import relay
-from sweeps.tracking.epochs import EpochLog, _line
+from sweeps.tracking.epochs import EpochLog
 from sweeps.train.noise import HostLoad
 
 RECORD = {"train/loss": 0.5, "train/lr": 0.01, "time/epoch_s": 0.0007, "time/eval_s": 0.0, "time/elapsed_s": 1.0,
@@ -40,14 +35,19 @@ RECORD = {"train/loss": 0.5, "train/lr": 0.01, "time/epoch_s": 0.0007, "time/eva
 
 
 class _Queue:
-    """A RunWriter's queueing side (``log_metrics`` as RunWriter does it), without a store."""
+    """A RunWriter's queueing side (``log_metrics`` as RunWriter does it, the light entities a job
+    that logs through its store process builds), without a store."""
 
     run_id, client, lost = "r", None, 0
+    every_epochs, every_evaluated = 1, True  # every epoch in the series: the most a job queues
 
     def __init__(self):
+        from sweeps.tracking.entities import Metric
         from sweeps.tracking.writer import RunWriter
 
         self._queue: list = []
+        self._summary: dict = {}
+        self._Metric = Metric
         self.log_metrics = RunWriter.log_metrics.__get__(self)
 
 
@@ -68,10 +68,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=3000)
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}; {args.repeats} repeats of {args.epochs} epochs; µs per epoch")
-    relay.HANDOFF_EPOCHS = 10**9  # the queue case stays in-process
     results: dict[str, list[float]] = {}
-    reader = subprocess.Popen([sys.executable, "-c", "import sys\nfor _ in sys.stdin.buffer: pass"],
-                              stdin=subprocess.PIPE)
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.Adam(model.parameters())
     schedule = torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
@@ -79,23 +76,15 @@ def main() -> None:
     process, host = psutil.Process(), HostLoad()
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
-            for name, queue, pipe in (("journal only (writer process tails it)", False, False),
-                                      ("journal + pipe to a writer process", False, True),
-                                      ("journal + in-process queue (before)", True, False)):
-                log = EpochLog(_Queue(), Path(tmp) / name[:7] / "epochs.jsonl", regression=True, log_every_s=3600)
-                log.relayed = not queue  # handed over: append writes the line and nothing else
-                if pipe:
-                    def step(e, log=log):
-                        rec = {"epoch": e, **RECORD}
-                        log.append(rec)
-                        reader.stdin.write(_line(rec).encode())  # the pipe path would send the line too
-                        reader.stdin.flush()
-                else:
-                    def step(e, log=log):
-                        log.append({"epoch": e, **RECORD})
+            for name, queue in (("journal + queue (a job's append)", True), ("journal only (no run)", False)):
+                log = EpochLog(_Queue() if queue else None, Path(tmp) / name[:9] / "epochs.jsonl", regression=True,
+                               log_every_s=3600)
+
+                def step(e, log=log):
+                    log.append({"epoch": e, **RECORD})
+                    if log.writer is not None:
                         log.writer._queue.clear()
                 results.setdefault(name, []).append(per_epoch_us(step, args.epochs))
-                log.relayed = False
                 log.close()
         results.setdefault("host-load window (HostLoad start+stop)", []).append(
             per_epoch_us(lambda e: (host.start(), host.stop()), args.epochs))
@@ -103,9 +92,6 @@ def main() -> None:
             per_epoch_us(lambda e: process.memory_info(), args.epochs))
         results.setdefault("ConstantLR schedule.step()", []).append(
             per_epoch_us(lambda e: schedule.step(), args.epochs))
-    reader.stdin.close()
-    reader.wait()
-    relay.stop()
     width = max(map(len, results))
     for name, values in results.items():
         print(f"  {name:<{width}}  {spread(values)}")

@@ -1,12 +1,10 @@
 #!/usr/bin/env python
 """A job's end on a busy machine: how long the job waits for its own helper processes (the store
-process, and the writer process a long job hands its journal to) while other programs keep every
-core busy. The store process answers the run writer's background batches in a background process
+process and its background process) while other programs keep every core busy. The store process answers the run writer's background batches in a background process
 at the lowest CPU priority (killed and its batch answered at normal priority once the job waits
 for it, since 2026-11-26) (``sweeps.tracking.priority``: nice 19, ``SCHED_IDLE``) and every call the
-job waits for at normal priority (``sweeps.tracking.store_process``); the writer process runs at
-the lowest priority as a whole. Before 2026-11-26 both ran so in a session of their own whose
-autogroup was at nice 19 too; now in the job's session. Prints figures with their spread (median
+job waits for at normal priority (``sweeps.tracking.store_process``). Before 2026-11-26 it ran in
+a session of its own whose autogroup was at nice 19 too; now in the job's session. Prints figures with their spread (median
 [min, max] over ``--repeats``); asserts nothing.
 
     python scripts/bench_helper_starvation.py [--repeats 3] [--hogs N] [--apart] [--long]   # N: the core count by default
@@ -15,9 +13,8 @@ Each repeat runs the same job as users run it (``python -m sweeps`` in a subproc
 store) once on a quiet machine and once beside N busy loops (``while True: pass``, nice 0,
 started by this script: one session with the job, or with ``--apart`` a session of their own).
 The job: the tabular preset's model on scikit-learn's diabetes data, 3 epochs, CPU; with
-``--long``, study 5's model for 3,000 epochs at one torch thread, logging every epoch, which
-hands its journal to the writer process after its 100th epoch and waits for its drain at the
-end. Every 0.1 s it reads the job's main thread and every thread of its helper processes
+``--long``, study 5's model for 3,000 epochs at one torch thread, every epoch in the MLflow
+series (~45,000 values), whose end waits for the store process to have ingested them. Every 0.1 s it reads the job's main thread and every thread of its helper processes
 (``/proc/PID/task/TID/stat`` state; ``.../schedstat``: CPU time and time spent runnable but
 waiting for a core, in ns; man 5 proc). Figures per run:
 
@@ -45,11 +42,10 @@ import time
 
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SWEEPS_", "HYDRA_"))}
 JOB = ["model=mlp_tabular", "dataset=diabetes", "epochs=3", "device=cpu"]
-# long enough to hand its journal to the writer process: 2,900 epochs x ~15 values after the 100th,
-# above the 10,000 values that start one where the job's torch threads leave a core free
+# a long series: 3,000 epochs x ~15 values, every one sent (the 320-point cap undone)
 LONG = ["+experiment=tabular_cpu_vs_gpu", "device=cpu", "dataset.train_size=1000", "epochs=3000",
-        "mlflow.log_every_epochs=1", "device.threads=1"]
-HELPERS = (b"sweeps.tracking.store_process", b"sweeps.tracking.relay_process")
+        "mlflow.log_every_epochs=1", "mlflow.series_points=null", "device.threads=1"]
+HELPERS = (b"sweeps.tracking.store_process",)
 POLL_S = 0.1
 
 
@@ -72,8 +68,8 @@ def _read(pid: int | None, threads: str = "[0-9]*") -> tuple[str, float, float] 
 
 
 def _helper_pids(parent: int) -> list[int]:
-    """The store process and the writer process started by process ``parent``, and the store
-    process's background process (those running now)."""
+    """The store process started by process ``parent`` and its background process (those running
+    now)."""
     found = []
     for path in glob.glob("/proc/[0-9]*/cmdline"):
         try:
@@ -96,7 +92,7 @@ def one_job(job: list[str]) -> dict[str, float]:
     last: dict[int, tuple[str, float, float]] = {}  # helper pid → its last reading
     stalled, scans = 0.0, 0
     while proc.poll() is None:
-        if scans % 10 == 0:  # a new helper (the writer process starts mid-job): look once a second
+        if scans % 10 == 0:  # a new helper (the background process restarts after a hurry): look once a second
             last.update({pid: ("S", 0.0, 0.0) for pid in _helper_pids(proc.pid) if pid not in last})
         scans += 1
         mine = _read(proc.pid, str(proc.pid))  # the job's main thread
@@ -125,7 +121,7 @@ def main() -> None:
                         help="start the busy loops in a session of their own (another terminal's programs: "
                              "Linux's autogroup then shares the CPU between the two sessions first)")
     parser.add_argument("--long", action="store_true",
-                        help=f"run a job that hands its journal to the writer process: {' '.join(LONG)}")
+                        help=f"run a job with a long MLflow series: {' '.join(LONG)}")
     args = parser.parse_args()
     if not os.path.exists("/proc/self/schedstat"):
         raise SystemExit("needs Linux's /proc/PID/schedstat")

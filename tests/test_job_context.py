@@ -332,20 +332,3 @@ def test_device_threads_and_heap_are_set_for_the_job_alone_and_are_tagged(tmp_pa
     if glibc:  # static since the first job: said, so it is not read as glibc's own default
         assert tags[names.HEAP_TAG].startswith(f"{glibc}: 128 KiB static")
 
-
-def test_fewer_torch_threads_than_cores_leave_a_core_spare_for_the_writer_process():
-    """What a job tells its epoch log (``spare_core``): the writer process then starts from fewer
-    values to send, since its CPU does not come out of the training's threads."""
-    import torch
-
-    from sweeps.launch.placement.device import spare_core
-
-    cores, before = len(os.sched_getaffinity(0)), torch.get_num_threads()
-    try:
-        torch.set_num_threads(cores)
-        assert not spare_core()
-        if cores > 1:
-            torch.set_num_threads(cores - 1)
-            assert spare_core()
-    finally:
-        torch.set_num_threads(before)

@@ -2,14 +2,10 @@
 
 Each record costs O(1) whatever the job's length: one JSON line appended to the journal (flushed
 to the OS, so it survives a killed process), and at most one console row per ``log_every_s``
-seconds (the first and last epoch are always shown). Its metrics go to MLflow two ways: the
-first :data:`~sweeps.tracking.relay.HANDOFF_EPOCHS` epochs are queued on the run's in-process
-:class:`~sweeps.tracking.writer.RunWriter` (as are all of a job with fewer than
-:data:`~sweeps.tracking.relay.HANDOFF_VALUES` values to send after that); then the
-journal is handed to the writer process (:mod:`sweeps.tracking.relay`), which tails it, so a
-later epoch costs the training process nothing beyond its line. Without a journal (none asked, or
-a full disk stopped it) every epoch is queued in-process. Nothing here touches the device or
-blocks on the store.
+seconds (the first and last epoch are always shown). The epochs of the run's MLflow series
+(:func:`~sweeps.tracking.series.in_series`) are queued on the run's
+:class:`~sweeps.tracking.writer.RunWriter`, whose background thread sends them in batches. Nothing
+here touches the device or blocks on the store.
 """
 from __future__ import annotations
 
@@ -20,7 +16,6 @@ from pathlib import Path
 
 from sweeps import names
 from sweeps.errors import describe
-from sweeps.tracking import relay
 from sweeps.tracking.console import EpochTable
 from sweeps.tracking.series import in_series
 
@@ -45,8 +40,6 @@ class EpochLog:
             journaled but not sent again, so no step is logged twice.
         rewrite: first rewrite the journal to hold ``records`` alone (a job resuming from its
             checkpoint runs the later epochs again).
-        spare_core: the training leaves a CPU core free (fewer torch threads than cores): the
-            writer process pays from fewer values (:func:`~sweeps.tracking.relay.worth_handing_over`).
 
     A journal that cannot be written (immutable, read-only, a full disk) is switched off with
     one warning and the ``sweeps.checkpoints`` tag, as when an append fails mid-job: the job goes
@@ -55,8 +48,7 @@ class EpochLog:
 
     def __init__(self, writer, journal: Path | None, regression: bool, log_every_s: float = 0.0,
                  last_epoch: int | None = None, records: list[dict] | None = None, logged_through: int = 0,
-                 rewrite: bool = False, spare_core: bool = False):
-        self.spare_core = spare_core
+                 rewrite: bool = False):
         self.writer, self.table = writer, EpochTable(regression, verbose=log.isEnabledFor(logging.DEBUG))
         self.log_every_s, self.last_epoch = log_every_s, last_epoch
         self.records: list[dict] = list(records or [])
@@ -66,9 +58,6 @@ class EpochLog:
         self._file = None
         self.off = ""  # why the journal stopped (a full disk)
         self.journal = journal
-        self.relayed = False  # the journal was handed to the writer process
-        self._handoff_decided = False  # whether to hand over was weighed (after HANDOFF_EPOCHS epochs)
-        self._journaled_through = 0  # the last epoch whose line the journal holds whole
         self._appended = 0  # records appended by this process
         if journal is not None:
             try:
@@ -91,20 +80,11 @@ class EpochLog:
             try:
                 self._file.write(_line(rec))
                 self._file.flush()
-                self._journaled_through = rec["epoch"]
             except OSError as e:  # a full disk ends the journal, not the measurement
-                self._journal_failed(e)  # this epoch's line is torn (no newline): the writer process skips it
-        if self.writer is not None and rec["epoch"] > self.logged_through and not (self.relayed and self._file):
-            if in_series(rec, self.writer.every_epochs, self.writer.every_evaluated):
-                self.writer.log_metrics(_metrics(rec), step=rec["epoch"], timestamp_ms=rec[names.TIMESTAMP_MS])
-            if self._file is not None and self._appended >= relay.HANDOFF_EPOCHS and not self._handoff_decided:
-                self._handoff_decided = True  # once per job: a process that cannot start is not retried per epoch
-                left = None if self.last_epoch is None else self.last_epoch - rec["epoch"]
-                if relay.worth_handing_over(left, len(_metrics(rec)), self.writer.every_epochs, self.spare_core):
-                    # later epochs: the writer process reads them from the journal, from here on
-                    self.relayed = relay.follow(self.writer.run_id, self.writer.client.tracking_uri, self.journal,
-                                                self._file.tell(), rec["epoch"], self.writer.every_epochs,
-                                                self.writer.every_evaluated)
+                self._journal_failed(e)  # this epoch's line is torn (no newline): a reader skips it
+        if (self.writer is not None and rec["epoch"] > self.logged_through
+                and in_series(rec, self.writer.every_epochs, self.writer.every_evaluated)):
+            self.writer.log_metrics(_metrics(rec), step=rec["epoch"], timestamp_ms=rec[names.TIMESTAMP_MS])
         self._console(rec)
 
     def _journal_failed(self, e: OSError) -> None:
@@ -154,32 +134,15 @@ class EpochLog:
         return self.table.csv(self.records)
 
     def close(self) -> None:
-        """Close the journal, then (once handed over) wait for the writer process to send the rest
-        of it; where that fails (the process died, the store stayed down) the run's missing values
-        are replayed in-process from the records, each once (:meth:`RunWriter.replay`). Idempotent;
-        never raises."""
+        """Close the journal and queue the job's last epoch where the series left it out (the
+        run's writer sends the queue at the run's end). Idempotent; never raises."""
         if self._file is not None:
             try:
                 self._file.close()
             except OSError as e:  # the last buffered line met a full disk
                 self._journal_failed(e)
             self._file = None
-        if not self.relayed:
-            self._last_point()
-            return
-        self.relayed = False
-        done = relay.drain(self.writer.run_id, self._journaled_through)
-        if done.ok and not done.lost:
-            log.debug("MLflow: the writer process sent %d metric value(s) of run %s", done.sent, self.writer.run_id)
-            self._last_point()
-            return
-        log.warning("MLflow: the writer process %s; sending the missing epochs from the journal in-process",
-                    f"could not send {done.lost} value(s)" if done.ok else "ended before it was done")
-        try:
-            self.writer.replay(self.records)
-        except Exception as e:  # noqa: BLE001 (the journal and epochs.csv still hold every epoch)
-            log.warning("MLflow: replay failed (%s: %s); epochs.csv and %s hold every epoch", type(e).__name__, e,
-                        self.journal)
+        self._last_point()
 
 
 def _metrics(rec: dict) -> dict:

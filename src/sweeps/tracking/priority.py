@@ -1,6 +1,6 @@
-"""The lowest CPU priority for sweeps' own background work (the writer process, the run writer's
-sending thread, the store process's background process that answers that thread), so it takes cores the
-training leaves idle.
+"""The lowest CPU priority for sweeps' own background work (the run writer's sending thread, the
+store process's background process that answers that thread), so it takes cores the training
+leaves idle.
 
 ``nice 19`` alone is not enough where the kernel groups processes by session (Linux's autogroup,
 ``/proc/sys/kernel/sched_autogroup_enabled``, on by default in desktop and many server kernels):

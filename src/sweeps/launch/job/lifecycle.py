@@ -24,7 +24,7 @@ from sweeps.launch.job import identity, progress
 from sweeps.launch.job.finish import finish
 from sweeps.launch.job.summary import print_summary
 from sweeps.launch.placement import ddp, gpu_pool
-from sweeps.launch.placement.device import cpu_threads, job_devices, preflight, resolve_device, spare_core
+from sweeps.launch.placement.device import cpu_threads, job_devices, preflight, resolve_device
 from sweeps.launch.process import outcome as oc
 from sweeps.launch.process import parent_run, signals
 from sweeps.state import current
@@ -138,8 +138,7 @@ class JobRun:
         self.checkpoints = Checkpoints(run_dir, cfg.checkpoint.every_epochs, cfg.checkpoint.keep,
                                        cfg.checkpoint.every_s)
         self.epochs = EpochLog(self.writer, run_dir / JOURNAL, self.task.regression, cfg.log_every_s,
-                               cfg.epochs, records, logged_through, rewrite=self.resume_state is not None,
-                               spare_core=spare_core())
+                               cfg.epochs, records, logged_through, rewrite=self.resume_state is not None)
         launchers.current().on_open(self)  # under Slurm: its job id tags, requeue time lost, checkpoint-then-requeue
         if data is not None:
             self.writer.log_metrics({names.BATCH_SIZE: data.batch, names.LR: data.lr})

@@ -201,14 +201,6 @@ def job_devices(cfg: DictConfig, device: torch.device) -> list:
     return list(current().pool_held) or [torch.device("cuda", r) for r in range(cfg.gpus)]
 
 
-def spare_core() -> bool:
-    """Whether torch's intra-op threads leave one of this process's CPU cores free (``device.threads``
-    below the cores it may run on): the MLflow writer process then costs the training nothing
-    (:func:`sweeps.tracking.relay.worth_handing_over`)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return torch.get_num_threads() < cores
-
-
 @contextmanager
 def cpu_threads(threads: int | None) -> Iterator[str]:
     """torch's intra-op CPU threads for one job: ``threads`` (``device.threads``) or, when None,
@@ -218,7 +210,7 @@ def cpu_threads(threads: int | None) -> Iterator[str]:
 
     Why a job may want fewer threads than cores: torch's CPU kernels split an op over all its
     threads and wait for the slowest, so a thread that shares its core with anything else (the
-    run's writer process, telemetry, another program) stalls every op. On this project's 2-core VM
+    store process's background work, telemetry, another program) stalls every op. On this project's 2-core VM
     study 5's 0.7-ms epochs ran 1.3-3× slower with 2 threads than with 1 while another process was
     busy (quiet: 0.67 ms a step with 1 thread, 0.92 ms with 2 at 1,000 rows; 2 threads 1.4×
     faster at 1,000,000)."""
