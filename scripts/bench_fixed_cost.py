@@ -48,8 +48,8 @@ ITEMS = [
     ("run open: create run, params, config.yaml, inputs", "launch/job/lifecycle.py", "__enter__"),
     ("training (the task's run)", "sweeps/tasks/train.py", "run"),
     ("close: summary, telemetry, artifacts, status", "launch/job/finish.py", "finish"),
-    ("  of which the last values posted (MLflow ingests them meanwhile)", "sweeps/tracking/writer.py", "send_later"),
-    ("  of which waiting for the store process (posted calls, the run's end)", "sweeps/tracking/writer.py", "flush"),
+    ("  of which the last values posted (MLflow ingests them meanwhile)", "sweeps/tracking/batches.py", "send_later"),
+    ("  of which waiting for the store process (posted calls, the run's end)", "sweeps/tracking/batches.py", "flush"),
     ("  of which telemetry.png (drawn while the store ingests)", "sweeps/telemetry/plot.py", "render"),
     ("  of which free memory (gc)", "sweeps/train/memory.py", "release_memory"),
 ]

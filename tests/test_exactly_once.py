@@ -33,11 +33,11 @@ def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp
     import socket
 
     from sweeps import names
-    from sweeps.tracking import resume, writer
+    from sweeps.tracking import batches, resume, writer
     from sweeps.tracking.epochs import JOURNAL, EpochLog
     from sweeps.tracking.store import open_client
 
-    monkeypatch.setattr(writer, "FLUSH_S", 30.0)  # the beat's longest wait: the dead job's beat sends nothing during the test
+    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # the beat's longest wait: the dead job's beat sends nothing during the test
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("race")
     tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: "h1",
@@ -66,10 +66,10 @@ def test_params_tags_and_texts_a_killed_job_never_had_stored_reach_its_run_at_th
     import socket
 
     from sweeps import names
-    from sweeps.tracking import records, resume, writer
+    from sweeps.tracking import batches, records, resume, writer
     from sweeps.tracking.store import open_client
 
-    monkeypatch.setattr(writer, "FLUSH_S", 30.0)  # the dead job's beat sends nothing during the test
+    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # the dead job's beat sends nothing during the test
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("race")
     tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: "h1",

@@ -352,11 +352,12 @@ def test_a_writer_whose_store_stays_down_gives_up_after_down_s_and_then_tries_on
 
     from mlflow import MlflowClient
 
+    from sweeps.tracking import batches
     from sweeps.tracking import writer as writer_mod
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setattr(writer_mod, "RETRIES", (0.05,) * 20)
-    monkeypatch.setattr(writer_mod, "DOWN_S", 0.3)
+    monkeypatch.setattr(batches, "RETRIES", (0.05,) * 20)
+    monkeypatch.setattr(batches, "DOWN_S", 0.3)
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -26,9 +26,9 @@ from sweeps.errors import UsageError
 from sweeps.telemetry import plot
 from sweeps.telemetry.sampler import Telemetry
 from sweeps.tracking import inputs, priority
-from sweeps.tracking.store_client import RemoteClient
+from sweeps.tracking.store_client import RemoteClient, StoreError
 from sweeps.tracking.store_processes import _runs_jobs
-from sweeps.tracking.store_service import StoreError, StoreService
+from sweeps.tracking.store_service import StoreService
 from sweeps.tracking.writer import RunWriter
 
 

@@ -165,7 +165,8 @@ def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_back
     """The writer's beat follows the server: sends that take over 0.5 s stretch it well past the
     quick 2 s (fewer, larger batches), a server that drops every connection for a while is waited
     out, and every value of every epoch reaches the store exactly once."""
-    from sweeps.tracking.writer import FLUSH_S, RunWriter
+    from sweeps.tracking.batches import FLUSH_S
+    from sweeps.tracking.writer import RunWriter
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the writer's own retries, not urllib3's
     server, uri = _start_server(tmp_path)

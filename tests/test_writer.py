@@ -12,7 +12,7 @@ from mlflow.exceptions import MlflowException
 from conftest import runs, store
 from sweeps import names
 from sweeps.tracking.store import open_client
-from sweeps.tracking import writer as writer_mod
+from sweeps.tracking import batches
 from sweeps.tracking.epochs import EpochLog, read_journal
 from sweeps.tracking.writer import RunWriter
 
@@ -101,7 +101,7 @@ def test_replay_sends_what_a_dead_process_had_queued_exactly_once(tmp_path):
 
 
 def test_a_busy_store_is_retried_and_nothing_is_lost(tmp_path, monkeypatch):
-    monkeypatch.setattr(writer_mod, "RETRIES", (0.01, 0.01, 0.01))
+    monkeypatch.setattr(batches, "RETRIES", (0.01, 0.01, 0.01))
     client, exp = _client(tmp_path)
     w = RunWriter(client, exp, "job", None, {})
     real, failures = client.log_batch, iter(range(2))

@@ -7,7 +7,7 @@ apart (:data:`HTTP_RETRIES`, ~30-35 s with urllib3's jitter), so a server restar
 is not noticed. Once a call has failed all of them for want of an answer, the store counts as
 down in this process (:func:`execute_guarded`): each later call is tried once until one is
 answered, so the rest of a job's end costs seconds, not ~30 s a call. The run writer retries its
-batches itself (:data:`sweeps.tracking.writer.DOWN_S`), journal-first: nothing is lost either way.
+batches itself (:data:`sweeps.tracking.batches.DOWN_S`), journal-first: nothing is lost either way.
 """
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ def quiet_sqlite() -> None:
     logging at once on two cores waited longer). MLflow's SQL store then sets 20 s on every session
     it makes (``mlflow/store/db/utils.py``, ``make_managed_session``), so a store call waits at most
     20 s for the lock and then raises "database is locked": the run writer retries such a write
-    (:data:`~sweeps.tracking.writer.RETRIES`), says so once, and replays what is still refused from
+    (:data:`~sweeps.tracking.batches.RETRIES`), says so once, and replays what is still refused from
     the journal — a lock held 30 s by another process costs the job its retries, not its epochs.
     MLflow's own ERROR log with a traceback for each "database is locked" is silenced. (No WAL: it is unsafe on the network filesystems a Slurm
     cluster may keep ./mlruns on.) Idempotent."""

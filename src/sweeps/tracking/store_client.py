@@ -1,11 +1,38 @@
 """What a job's code holds of its store process: :class:`RemoteClient`, the
 :class:`mlflow.MlflowClient` methods sweeps calls, answered by the store's process
 (:mod:`sweeps.tracking.store_service`), and :func:`in_store`, a sweeps function run where a client's
-store is. Imports neither mlflow nor the pipe's module.
+store is; :func:`execute`, how the store's process runs a call, and :class:`StoreError`, how its
+errors come back. Imports neither mlflow nor the pipe's module.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable
+
+_errors: dict[str, type] = {}
+
+
+class StoreError(Exception):
+    """An exception raised by the store's process; the subclass is named like the original."""
+
+
+def remote_error(kind: str, text: str) -> StoreError:
+    """A :class:`StoreError` subclass named ``kind`` (one class per name) carrying ``text``."""
+    cls = _errors.get(kind) or _errors.setdefault(kind, type(kind, (StoreError,), {}))
+    return cls(text)
+
+
+def execute(client: Any, kind: str, name: str, args: tuple, kwargs: dict) -> Any:
+    """Run one call on ``client`` (an :class:`mlflow.MlflowClient`): its method ``name``
+    (``kind`` ``client``), or the function ``module:qualname`` given the client first
+    (``kind`` ``function``, :meth:`~sweeps.tracking.store_client.RemoteClient.run`)."""
+    if kind == "client":
+        return getattr(client, name)(*args, **kwargs)
+    module, _, qualname = name.partition(":")
+    fn: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        fn = getattr(fn, part)
+    return fn(client, *args, **kwargs)
 
 
 class RemoteClient:

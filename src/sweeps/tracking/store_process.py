@@ -9,7 +9,7 @@ Its first request is ``("open", tracking URI, experiment)``, its first answer ``
 experiment id)`` once the store is open, or ``("usage", one line)`` where it cannot be (then it
 exits); then, for each request — a priority byte (:data:`~sweeps.tracking.store_service.LOW` or
 ``NORMAL``), then the pickle of ``(kind, name, args, kwargs)``
-(:func:`~sweeps.tracking.store_service.execute`) — ``("ok", result)`` with MLflow entities
+(:func:`~sweeps.tracking.store_client.execute`) — ``("ok", result)`` with MLflow entities
 mirrored (:func:`~sweeps.tracking.entities.mirror`) or ``("error", type name, text)``. The main
 thread, at normal priority, reads each request and answers the ``NORMAL`` ones (calls the job
 waits for); it hands the ``LOW`` ones (the run writer's background batches) to a background
@@ -121,10 +121,10 @@ def answer_to(client: Any, request: bytes) -> tuple:
     """The answer to one ``request`` (its priority byte, then its pickle) run on ``client``:
     ``("ok", result)`` or ``("error", type name, text)``, never raised — a request that does not
     unpickle and an exception of the call alike reach the caller as a
-    :class:`~sweeps.tracking.store_service.StoreError` named like it."""
+    the job as a :class:`~sweeps.tracking.store_client.StoreError` named like it."""
     from sweeps.tracking.entities import mirror
     from sweeps.tracking.http_policy import execute_guarded
-    from sweeps.tracking.store_service import execute
+    from sweeps.tracking.store_client import execute
 
     try:
         kind, name, args, kwargs = pickle.loads(memoryview(request)[1:])

@@ -29,12 +29,11 @@ then), the same calls on the same arguments — a call the process had done befo
 then done twice, harmless for all but ``create_run`` (MLflow's SQL store drops a metric value it
 holds already; params and tags are set to the same value). A signal's exception (Ctrl-C) while
 the job waits for an answer gives the pipe up the same way, so no later call reads that answer
-as its own. Errors raised there come back as :class:`StoreError` subclasses named like the
+as its own. Errors raised there come back as :class:`~sweeps.tracking.store_client.StoreError` subclasses named like the
 original (``MlflowException``, ...) with its text.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import pickle
@@ -48,7 +47,7 @@ from typing import Any, Callable
 
 from sweeps.errors import UsageError
 from sweeps.tracking import priority
-from sweeps.tracking.store_client import RemoteClient
+from sweeps.tracking.store_client import RemoteClient, execute, remote_error
 
 log = logging.getLogger("sweeps")
 # a request's first byte, then its pickle: which thread of the store process answers it
@@ -57,31 +56,6 @@ HURRY_AFTER_S = 0.2  # s a call the job waits for waits for the pipe before the 
 # posts unanswered at once: their answers (a few dozen bytes each) never fill the answers pipe
 # (64 KiB), which would stop the store process reading requests while the job writes one
 MAX_POSTED = 64
-_errors: dict[str, type] = {}
-
-
-class StoreError(Exception):
-    """An exception raised by the store's process; the subclass is named like the original."""
-
-
-def remote_error(kind: str, text: str) -> StoreError:
-    """A :class:`StoreError` subclass named ``kind`` (one class per name) carrying ``text``."""
-    cls = _errors.get(kind) or _errors.setdefault(kind, type(kind, (StoreError,), {}))
-    return cls(text)
-
-
-def execute(client: Any, kind: str, name: str, args: tuple, kwargs: dict) -> Any:
-    """Run one call on ``client`` (an :class:`mlflow.MlflowClient`): its method ``name``
-    (``kind`` ``client``), or the function ``module:qualname`` given the client first
-    (``kind`` ``function``, :meth:`~sweeps.tracking.store_client.RemoteClient.run`)."""
-    if kind == "client":
-        return getattr(client, name)(*args, **kwargs)
-    module, _, qualname = name.partition(":")
-    fn: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        fn = getattr(fn, part)
-    return fn(client, *args, **kwargs)
-
 
 class StoreService:
     """One store process (see the module docstring): started at once, importing mlflow; told which
@@ -167,7 +141,7 @@ class StoreService:
         naming ``what`` and ``on_error()`` called. For work at a job's end that the job need not
         wait for yet (its last metric values: MLflow ingests them, ~1-2 s for a 10,000-epoch job,
         while the job draws its figure and builds ``epochs.csv``, :meth:`RunWriter.send_later
-        <sweeps.tracking.writer.RunWriter.send_later>`; a run's params, tags and texts, ~10 ms of
+        <sweeps.tracking.batches.MetricBatches.send_later>`; a run's params, tags and texts, ~10 ms of
         MLflow each, while the job builds its data or trains, :meth:`RunWriter.set_tags
         <sweeps.tracking.writer.RunWriter.set_tags>`). Up to :data:`MAX_POSTED` posts wait for
         their answers at once: a small request waits in the pipe (64 KiB) while the store process

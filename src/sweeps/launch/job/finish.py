@@ -13,7 +13,7 @@ from sweeps import names, state
 from sweeps.launch.job.summary import describe_run
 from sweeps.launch.process import outcome as oc
 from sweeps.telemetry import plot
-from sweeps.tracking import resume, writer
+from sweeps.tracking import batches, resume
 from sweeps.errors import describe
 from sweeps.train.memory import release_memory
 
@@ -123,7 +123,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     try:
         job.writer.flush()
         if job.writer.down:  # each call would wait out MLflow's retries again: all kept for the next start
-            raise ConnectionError(f"the store has not answered for {writer.DOWN_S:.0f} s or more")
+            raise ConnectionError(f"the store has not answered for {batches.DOWN_S:.0f} s or more")
         if job.writer.lost:  # the store refused some values after every retry: late, not never
             job.writer.replay(records)
         job.writer.set_tags({names.OUTCOME_TAG: outcome, **({names.ERROR_TAG: error} if error else {})})
