@@ -3,7 +3,7 @@
 in a fresh folder with a new sqlite store). Prints figures with their spread (median [min, max]
 over ``--repeats``); asserts nothing.
 
-    python scripts/bench_fixed_cost.py [--repeats 3] [--only marginal,items,tabular]
+    python scripts/bench_fixed_cost.py [--repeats 3] [--only marginal,items,tabular,multirun]
 
 - marginal: the fixed cost of one more job in a sweep. Two sweeps of 1-epoch tiny jobs (MLP
   64-16-10, 256 synthetic examples, CPU), of 5 and of 15 jobs, each in its own process:
@@ -20,6 +20,10 @@ over ``--repeats``); asserts nothing.
 - tabular: one 1-epoch job of the tabular preset (``+experiment=diabetes batch=full epochs=1``)
   against the script it replaces (import torch and scikit-learn, train the same MLP for 100
   full-batch epochs, print the test RMSE). Target: sweeps ≤ the script + 2 s.
+- multirun: what ``-m`` adds: the same 1-epoch tabular job as a one-job sweep (``python -m sweeps
+  -m ...``: the sweep's parent run, its summary and verdict) and alone, alternated, each in a new
+  folder, the store template in the cache. Wall and CPU (user + system of the command and every
+  process it started) per command. Target: ≤ 1 s more wall.
 """
 from __future__ import annotations
 
@@ -76,15 +80,38 @@ def spread(values: list[float], fmt: str = "{:.2f}") -> str:
     return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}, {fmt.format(max(values))}]"
 
 
-def run(args: list[str], cwd: Path, env: dict | None = None) -> float:
+def run(args: list[str], cwd: Path, env: dict | None = None, cpu: list | None = None) -> float:
     """Wall seconds of ``python ARGS`` in ``cwd`` (``env``: default :data:`ENV`); exits with its
-    stderr if it fails."""
+    stderr if it fails. ``cpu``: a list the command's CPU seconds are appended to (user + system of
+    it and of every process it started and waited for, :func:`os.wait4`)."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env or ENV, capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, *args], cwd=cwd, env=env or ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _, stderr = proc.communicate()
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
-        sys.exit(f"{' '.join(args[:4])} … failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        sys.exit(f"{' '.join(args[:4])} … failed ({proc.returncode}):\n{stderr[-3000:]}")
+    if cpu is not None:
+        usage = _usage.pop(proc.pid, None)
+        cpu.append(usage.ru_utime + usage.ru_stime if usage else float("nan"))
     return wall
+
+
+_usage: dict = {}  # pid → its resource usage, read by the wait below (Popen's own wait discards it)
+_popen_try_wait = subprocess.Popen._try_wait
+
+
+def _try_wait(self, wait_flags):  # Popen waits with waitpid; wait4 gives the same answer and the usage
+    try:
+        pid, status, usage = os.wait4(self.pid, wait_flags)
+    except ChildProcessError:
+        return _popen_try_wait(self, wait_flags)
+    if pid:
+        _usage[pid] = usage
+    return pid, status
+
+
+subprocess.Popen._try_wait = _try_wait
 
 
 def sweep(jobs: int, cwd: Path, profile: Path | None = None) -> tuple[float, float, list[float]]:
@@ -163,6 +190,24 @@ def tabular(repeats: int) -> None:
           f"(+{cold - statistics.median(ours):.2f} s)")
 
 
+def multirun(repeats: int) -> None:
+    """:func:`tabular`'s job as a one-job ``-m`` sweep and alone, alternated (module docstring)."""
+    print("\n## what -m adds: a one-job sweep of a 1-epoch tabular job vs the same job alone")
+    job = ["+experiment=diabetes", "batch=full", "epochs=1", "device=cpu"]
+    with tempfile.TemporaryDirectory() as tmp:
+        run(["-m", "sweeps", *job], Path(tmp))  # the template is in the cache from here on
+    walls: dict[str, list[float]] = {"-m": [], "alone": []}
+    cpus: dict[str, list[float]] = {"-m": [], "alone": []}
+    for _ in range(repeats):
+        for kind, args in (("-m", ["-m", "sweeps", "-m", *job]), ("alone", ["-m", "sweeps", *job])):
+            with tempfile.TemporaryDirectory() as tmp:
+                walls[kind].append(run(args, Path(tmp), cpu=cpus[kind]))
+    extra = [a - b for a, b in zip(walls["-m"], walls["alone"])]
+    for kind in walls:
+        print(f"  {kind:5}: wall {spread(walls[kind])} s, CPU {spread(cpus[kind])} s")
+    print(f"-m adds {spread(extra)} s of wall (target ≤ 1)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -179,6 +224,8 @@ def main() -> None:
         items()
     if "tabular" in parts:
         tabular(args.repeats)
+    if "multirun" in parts:
+        multirun(args.repeats)
 
 
 if __name__ == "__main__":

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
+from typing import TYPE_CHECKING
 
 from sweeps import names
 from sweeps.tracking import store
 from sweeps.tracking.naming import parse_overrides
+
+if TYPE_CHECKING:  # a sweep's end reads its jobs through its store process's client: no mlflow import there
+    from mlflow import MlflowClient
 
 
 @dataclass
@@ -83,6 +84,8 @@ def find_sweep(client: MlflowClient, experiment: str | None = None, run_id: str 
         LookupError: no such run or no sweep at all (message names what was searched).
     """
     if run_id:
+        from mlflow.exceptions import MlflowException
+
         try:
             return client.get_run(run_id)
         except MlflowException:

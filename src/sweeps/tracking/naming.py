@@ -109,15 +109,13 @@ def job_note(outcome: str, error: str, table: str) -> str:
     return _cap("\n".join([head, "", *(f"    {line}" for line in table.splitlines())]))
 
 
-def shared_params(param_sets: list[dict[str, str]]) -> list:
+def shared_params(param_sets: list[dict[str, str]]) -> dict[str, str]:
     """The params every one of ``param_sets`` has with the same value (a sweep's fixed config),
-    sorted by key, as :class:`mlflow.entities.Param`; ``[]`` for no sets."""
-    from mlflow.entities import Param  # the sweep's process, which has its own client
-
+    sorted by key; ``{}`` for no sets."""
     if not param_sets:
-        return []
+        return {}
     first, rest = param_sets[0], param_sets[1:]
-    return [Param(k, v) for k, v in sorted(first.items()) if all(p.get(k) == v for p in rest)]
+    return {k: v for k, v in sorted(first.items()) if all(p.get(k) == v for p in rest)}
 
 
 def _cap(text: str) -> str:

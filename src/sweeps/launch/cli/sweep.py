@@ -65,11 +65,12 @@ def describe_sweep(client: MlflowClient, parent_run_id: str, children: list, sum
     in batches of 100, MLflow's limit per call) and its summary in the description. Never raises:
     a store that refuses is reported in one line, the sweep's result stands."""
 
-    from sweeps.tracking import naming
+    from sweeps.tracking import entities, naming
 
     try:
         tags = client.get_run(parent_run_id).data.tags
-        params = naming.shared_params([dict(r.data.params) for r in children])
+        _, param, _ = entities.classes(client)  # MLflow's, or light ones for the store process's client
+        params = [param(k, v) for k, v in naming.shared_params([dict(r.data.params) for r in children]).items()]
         for i in range(0, len(params), 100):
             client.log_batch(parent_run_id, params=params[i:i + 100])
         note = naming.sweep_note(tags.get(names.COMMAND_TAG, ""), swept, tags.get(names.SWEEP_DIR_TAG, ""),
@@ -134,6 +135,8 @@ class SweepCallback(Callback):
             current().planned_jobs = check_sweep(config)  # every job's values, before the parent run opens and any job starts
             if not launchers.runs_jobs_in_this_process(config):  # a pool's, Slurm's: the store process would idle
                 store_processes.discard_spare()
+            else:  # the parent run through the store process its jobs use: this process imports no mlflow
+                store_processes.start(store.tracking_uri(config), str(config.mlflow.experiment))
             client, experiment_id = store_processes.prepare(config, hold=signals.held)  # a new store is created whole
         except UsageError as e:
             stop(e)
@@ -178,9 +181,13 @@ class SweepCallback(Callback):
         sweep_run, uri = parent_run.close()
         if not sweep_run or not uri:
             return
-        from mlflow import MlflowClient
+        opened = store_processes.opened(uri, str(config.mlflow.experiment))  # the one the jobs used
+        if opened is not None:
+            client = opened[0]
+        else:
+            from mlflow import MlflowClient
 
-        client = MlflowClient(uri)
+            client = MlflowClient(uri)
         try:
             self._close_parent(config, client, sweep_run)
         except Exception as e:  # the jobs' runs are closed already: say so in one line, keep the exit status honest
