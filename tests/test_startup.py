@@ -85,20 +85,29 @@ def test_help_lists_the_groups_options_and_presets_with_their_descriptions(tmp_p
     assert "Powered by Hydra" not in page and "launcher" not in page
 
 
-@pytest.mark.slow  # a whole job under -X importtime: ~13 s
-def test_a_tabular_job_imports_neither_torchvision_nor_mlflow(tmp_path):
+@pytest.mark.slow  # a whole job under -X importtime: ~13 s (~16 s as a sweep)
+@pytest.mark.parametrize("sweep", [False, True], ids=["one job", "one-job sweep"])
+def test_a_tabular_job_imports_neither_torchvision_nor_mlflow(tmp_path, sweep):
     """torchvision (whose import pulls in torch._dynamo's 1.2 s) is imported only by the jobs
     that use it: image datasets and ResNet-50; the run still records its version. mlflow (1.2 s,
     and 0.9 s to open its store) only by the store's own process (sweeps.tracking.store_service):
-    the job's run is whole all the same."""
-    proc, loaded = _imports(["+experiment=diabetes", "batch=full", "epochs=1", "telemetry.figure=false", TEST_CONF],
-                            tmp_path)
+    the job's run is whole all the same — and with ``-m`` the sweep's parent run too (its summary,
+    shared params and verdict go through the same store process)."""
+    proc, loaded = _imports(["-m"] * sweep + ["+experiment=diabetes", "batch=full", "epochs=1",
+                                              "telemetry.figure=false", TEST_CONF], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "torch" in loaded and "mlflow" not in loaded and "torchvision" not in loaded
+    said = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
+    assert "torch" in loaded and "mlflow" not in loaded and "torchvision" not in loaded, said
     assert not loaded & {"sqlalchemy", "alembic"}
     from conftest import runs
 
-    (run,) = runs(tmp_path, "diabetes")  # the preset's experiment
+    found = runs(tmp_path, "diabetes")  # the preset's experiment
+    if sweep:
+        (parent,) = [r for r in found if r.data.tags.get(names.KIND_TAG) == "sweep"]
+        found = [r for r in found if r is not parent]
+        assert parent.info.status == "FINISHED" and parent.data.tags[names.VERDICT_TAG]
+        assert parent.data.params["model"] == "mlp_tabular" and "1 job(s): 1 ok" in proc.stdout
+    (run,) = found
     assert run.info.status == "FINISHED" and names.FINAL_RMSE in run.data.metrics
     assert run.data.params[names.TRAIN_EXAMPLES] and run.inputs.dataset_inputs
     assert run.data.tags["env.torchvision"].startswith(__import__("torchvision").__version__.split("+")[0])
