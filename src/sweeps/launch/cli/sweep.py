@@ -111,6 +111,21 @@ def stop(error: UsageError) -> None:
     raise SystemExit(2)
 
 
+def _import_job_meanwhile() -> None:
+    """Import the job module — torch and the training code, a few seconds — in a thread of its own
+    while this one waits for the store process to open the store (its own imports: ~2-3 s on a
+    2-core VM) and opens the parent run, as a one-job command overlaps the two; the first job's
+    import then finds it done, or waits for the rest (Python's module lock). Only after the
+    sweep's values were checked: bad input answers without torch. A signal is handled by the main
+    thread alone, so it never lands inside these imports (see ``command._import_job``); the thread
+    is a daemon: a sweep stopped meanwhile does not wait for it."""
+    import importlib
+    import threading
+
+    threading.Thread(target=importlib.import_module, args=("sweeps.launch.job.lifecycle",),
+                     name="sweeps-import-job", daemon=True).start()
+
+
 def interrupted(signal_name: str) -> None:
     """Close the sweep's parent run KILLED after SIGINT/SIGTERM (the job's run is closed by the job)."""
     sweep_run, uri = parent_run.close()
@@ -137,6 +152,7 @@ class SweepCallback(Callback):
                 store_processes.discard_spare()
             else:  # the parent run through the store process its jobs use: this process imports no mlflow
                 store_processes.start(store.tracking_uri(config), str(config.mlflow.experiment))
+                _import_job_meanwhile()
             client, experiment_id = store_processes.prepare(config, hold=signals.held)  # a new store is created whole
         except UsageError as e:
             stop(e)
