@@ -4,9 +4,11 @@ start one (:func:`prestart`, before Hydra composes the config), which store it o
 :func:`prepare`: that client, else one of this process), and
 their end (:func:`discard_spare`, :func:`stop`).
 
-A sweep's process (``-m``) keeps a client of its own for its parent run, and its store process
-answers the jobs that Hydra's basic launcher runs in it (and joblib's at ``n_jobs=1``). A pool's
-worker (joblib, submitit) and a Slurm job start one at their first job (:func:`start`). A process
+A sweep's process (``-m``) whose launcher runs the jobs in it (Hydra's basic launcher, joblib's
+at ``n_jobs=1``) opens its parent run, summary and verdict through the store process its jobs
+use: it never imports mlflow either. One whose launcher runs them elsewhere gives its store
+process back and opens the store itself, for the parent run alone. A pool's worker (joblib,
+submitit) and a Slurm job start one at their first job (:func:`start`). A process
 that had imported mlflow before keeps its own client for everything: tests that hold a client, a
 data-parallel rank.
 """
@@ -34,8 +36,8 @@ def prestart(argv: list[str]) -> None:
     """Start a store process now if the command line ``argv`` (``sys.argv[1:]``) runs jobs — one,
     or a sweep's (``-m``); not ``--help``, ``--cfg``, ``--info`` — as read by Hydra's own argument
     parser, so its imports overlap Hydra's composition as well as torch's import. A sweep's
-    process keeps a client of its own for its parent run; the store process answers its jobs when
-    they run in this process (Hydra's basic launcher), so their metric batches are ingested off
+    store process answers its parent run and its jobs when they run in this process (Hydra's
+    basic launcher), so their metric batches are ingested off
     the training's GIL: a writer thread at the lowest priority that held the GIL through MLflow's
     ingestion on a busy machine held an epoch up for 1.4–4.4 s (docs/benchmarks.md,
     "A job beside busy programs"). A launcher that runs jobs elsewhere gives it back (:func:`discard_spare`). Never
