@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from bench_job_overhead import STUDY5, last_run, sweeps_job  # beside this script: sys.path[0] when run as a script
-from sweeps.tracking.env import fingerprint
+from sweeps.provenance.machine import fingerprint
 
 
 MODES = {"one": ("one job", []), "sweep": ("sweep (-m)", ["-m"]),

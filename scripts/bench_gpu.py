@@ -32,7 +32,7 @@ from sweeps.data.builtin import CIFAR10_STATS, DataSpec, _image_transforms
 from sweeps.data.loaders import make_loaders
 from sweeps.train.precision import apply_precision
 from sweeps.data.device_loader import device_loaders
-from sweeps.tracking.env import fingerprint
+from sweeps.provenance.machine import fingerprint
 from sweeps.train.flops import peak_flops, training_flops_per_example
 from sweeps.models import CNN10, WideResNet
 from sweeps.train.memory import is_oom, release_memory

@@ -60,7 +60,7 @@ import torch
 from mlflow import MlflowClient
 
 from sweeps.models import MLP
-from sweeps.tracking.env import fingerprint
+from sweeps.provenance.machine import fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
 MNIST_RAW = REPO / "examples" / "data" / "mnist-t10k" / "raw"

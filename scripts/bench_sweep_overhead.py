@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 from mlflow import MlflowClient
 
-from sweeps.tracking.env import fingerprint
+from sweeps.provenance.machine import fingerprint
 
 TINY = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=256",
         "dataset.test_size=64", "batch=64", "epochs=1", "device=cpu"]

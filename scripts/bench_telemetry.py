@@ -28,7 +28,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fake NVML
 
 from sweeps.telemetry import nvml as telemetry_nvml  # noqa: E402
-from sweeps.tracking.env import fingerprint  # noqa: E402
+from sweeps.provenance.machine import fingerprint  # noqa: E402
 from sweeps.telemetry.sampler import Telemetry
 from sweeps.telemetry.nvml import gpu_ids  # noqa: E402
 

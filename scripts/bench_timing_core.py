@@ -35,7 +35,7 @@ from torchvision import datasets
 
 from sweeps.data.builtin import CIFAR10_STATS, DataSpec, _image_transforms
 from sweeps.data.device_loader import DeviceBatches, Resident, resident
-from sweeps.tracking.env import fingerprint
+from sweeps.provenance.machine import fingerprint
 from sweeps.models import MLP
 from sweeps.train.timing import wall_clock
 from sweeps.train.loop import Trainer

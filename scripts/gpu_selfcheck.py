@@ -40,7 +40,7 @@ import selfcheck_sweeps as sweeps_checks
 from sweeps.errors import brief
 from sweeps.launch.placement.device import compiler_problem, driver_problem
 from sweeps.telemetry import nvml
-from sweeps.tracking.env import fingerprint
+from sweeps.provenance.machine import fingerprint
 
 row = checks.row
 

@@ -1,6 +1,6 @@
 """python -m sweeps.report --compare on one store holding sweeps from two machines: real tiny jobs
 run in-process, the machine faked at the hardware boundary (the env.* tags and the hardware
-identity a job reads from sweeps.tracking.env)."""
+identity a job reads from sweeps.provenance.machine)."""
 from __future__ import annotations
 
 import contextlib
@@ -27,11 +27,11 @@ HOST_A, HOST_B = "host-a / test cpu", "host-b / test cpu"
 def _sweep_on(host: str, torch_version: str, args: list[str], cwd) -> None:
     """A sweep as machine ``host`` with torch ``torch_version`` would log it."""
     from sweeps.launch.job import identity, lifecycle as job
-    from sweeps.tracking import env
+    from sweeps.provenance import machine
 
     tags = {**job.environment_tags(), "env.host": host, "env.torch": torch_version}
     with pytest.MonkeyPatch.context() as mp:
-        for module in (job, env):  # the job's tags, and the sweep's (it imports them when it opens its run)
+        for module in (job, machine):  # the job's tags, and the sweep's (it imports them when it opens its run)
             mp.setattr(module, "environment_tags", lambda: tags)
         mp.setattr(identity, "hardware", lambda device_type: f"{host} / test cpu")
         proc = cli_in_process(args, cwd)

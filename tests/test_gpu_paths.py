@@ -28,7 +28,7 @@ from sweeps.launch.job.lifecycle import JobRun
 from sweeps.tasks import inference
 from sweeps.telemetry import nvml as telemetry_nvml
 from sweeps.telemetry.sampler import for_job
-from sweeps.tracking import env
+from sweeps.provenance import machine
 from sweeps.train import builder, memory, speed
 from sweeps.train.builder import COMPILE_BACKEND_ENV
 
@@ -52,8 +52,8 @@ def _fake_gpus(monkeypatch, n: int, names=None) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(
         name=names[i], uuid=f"fake-{i}", total_memory=80 * 2**30, major=9, minor=0, multi_processor_count=132))
-    env.fingerprint.cache_clear()
-    _CLEAR_AFTER.append(env.fingerprint.cache_clear)
+    machine.fingerprint.cache_clear()
+    _CLEAR_AFTER.append(machine.fingerprint.cache_clear)
 
 
 _CLEAR_AFTER: list = []

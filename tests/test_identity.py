@@ -14,7 +14,7 @@ from PIL import Image
 
 from conftest import cli_in_process, compose, runs
 from sweeps import names
-from sweeps.tracking import user_code
+from sweeps.provenance import user_code
 
 TINY = ["model=mlp", "model.hidden=[8]", "dataset=imagefolder", "epochs=1", "batch=8", "device=cpu",
         "telemetry.interval_s=0"]

@@ -15,7 +15,7 @@ import torch
 
 from conftest import TEST_CONF, cli_in_process, runs, store
 from fake_nvml import Clock, FakeNVML
-from sweeps.tracking import env
+from sweeps.provenance import machine
 from sweeps.telemetry import nvml as telemetry_nvml
 from sweeps.telemetry.sampler import Telemetry, for_job
 from sweeps.telemetry.plot import MAX_SHADED_EPOCHS, figure, render
@@ -149,17 +149,17 @@ def test_no_driver_here_for_real():
     cpu = for_job(1000, torch.device("cpu"))
     cpu.stop()
     assert "GPU off: the job runs on cpu; no NVML (NVMLError_" in cpu.tags()["telemetry"]
-    assert env.fingerprint()["nvml"].startswith("NVMLError_") and env.environment_tags()["env.driver"] == "none"
+    assert machine.fingerprint()["nvml"].startswith("NVMLError_") and machine.environment_tags()["env.driver"] == "none"
 
 
 def test_fingerprint_reads_driver_cuda_and_power_limit_from_nvml():
     fake = FakeNVML(Clock(), gpus=2, unsupported={"nvmlDeviceGetPciInfo"})
-    info = env._nvml(fake)
+    info = machine._nvml(fake)
     assert info["driver"] == "580.65.06" and info["cuda_driver"] == "13.0" and fake.open == 0
     gpu1 = info["gpus"]["GPU-fake-1"]
     assert gpu1["name"] == "Fake GPU 1" and gpu1["power_limit_w"] == 700 and gpu1["memory_gb"] == 85.9
     assert gpu1["max_sm_clock_mhz"] == 1980 and gpu1["pci_bus_id"] is None  # not supported: left out
-    assert env._nvml(FakeNVML(Clock(), init_error=pynvml.NVMLError_LibraryNotFound())) == {
+    assert machine._nvml(FakeNVML(Clock(), init_error=pynvml.NVMLError_LibraryNotFound())) == {
         "problem": "NVMLError_LibraryNotFound: NVML Shared Library Not Found"}
 
 

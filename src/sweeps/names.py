@@ -37,7 +37,7 @@ OVERRIDES_TAG = "sweeps.overrides"  # the job's swept key=value pairs
 HASH_TAG = "sweeps.config_hash"  # a job's identity (resume): its config, data, hardware and the user's code
 DATA_TAG = "sweeps.data_fingerprint"  # the data part of the identity (sweeps.data.fingerprint)
 HARDWARE_TAG = "sweeps.hardware"  # the hardware part: host / device model
-CODE_TAG = "sweeps.code_fingerprint"  # the user's code part (sweeps.tracking.user_code); absent for built-in targets
+CODE_TAG = "sweeps.code_fingerprint"  # the user's code part (sweeps.provenance.user_code); absent for built-in targets
 CODE_FILES_TAG = "sweeps.code_files"  # JSON {relative path: 8 hex of its content} of the user's code
 CODE_DIRTY_TAG = "sweeps.code_dirty"  # true/false: the user's git work tree differs from mlflow.source.git.commit
 CODELESS_HASH_TAG = "sweeps.config_hash_without_code"  # finds the run a job with edited code would have reused
@@ -68,7 +68,7 @@ VERDICT_TAG = "sweeps.verdict"  # on a sweep's parent run: the report's verdict,
 VERDICT_TAG_PREFIX = "sweeps.verdict."  # + a group's label (model:mlp dataset:mnist10k): its paragraph
 TARGET_MODES = ("max", "min")  # target.mode: reached when the metric is ≥ (max) or ≤ (min) the value
 COMPILED_TAG = "compiled"  # compile=true: "true", or "false (why)" — whether the model really ran compiled
-ENV_TAG_PREFIX = "env."  # the machine: env.host, env.gpus, env.torch, ... (sweeps.tracking.env)
+ENV_TAG_PREFIX = "env."  # the machine: env.host, env.gpus, env.torch, ... (sweeps.provenance.machine)
 ENV_HOST, ENV_CPU, ENV_CORES, ENV_PHYSICAL_CORES = "env.host", "env.cpu", "env.cores", "env.physical_cores"
 ENV_RAM_GB, ENV_OS, ENV_GPUS, ENV_GPU_MEMORY_GB = "env.ram_gb", "env.os", "env.gpus", "env.gpu_memory_gb"
 ENV_POWER_LIMIT_W, ENV_DRIVER, ENV_CUDA = "env.power_limit_w", "env.driver", "env.cuda"

@@ -13,7 +13,7 @@ from sweeps.report.columns import CPU_MEMORY, GPU_MEMORY, memory
 from sweeps.report.compare import Comparison
 from sweeps.report.runs import JobRecord
 from sweeps.report.tables import FIRST_EPOCH_MARK, epoch_values, md_table, with_note
-from sweeps.tracking.reliability import unreliable
+from sweeps.report.timing_noise import unreliable
 
 # (row label, metric, which runs): the latest value of each, per run; a row shows where any run
 # has it. mem/peak_mb is a GPU's peak allocation for a GPU job and the process's RSS for a CPU job

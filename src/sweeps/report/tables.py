@@ -11,7 +11,7 @@ from sweeps.report.columns import (CPU_MEMORY, GPU_MEMORY, QUALITY, Footnotes, l
                                    quality, quality_columns)
 from sweeps.report.runs import JobRecord, memory_key
 from sweeps.tracking.console import hms
-from sweeps.tracking.reliability import unreliable
+from sweeps.report.timing_noise import unreliable
 
 
 COMPARE_KEYS = ("device", "device.index", "device.gpus", "precision")  # side-by-side columns
@@ -135,7 +135,7 @@ def reference_tables(jobs: list[JobRecord], fits: dict[tuple, int] | None = None
     (:data:`FIRST_EPOCH_NOTE`). Rows by numeric batch size; the repeats of a batch
     (``repeat=0,1,2``) are one row with the median of each figure and its [min, max]; ``note``
     flags a row whose epochs spread or whose host was loaded by other processes
-    (:func:`sweeps.tracking.reliability.unreliable`). Jobs that did not finish show their outcome
+    (:func:`sweeps.report.timing_noise.unreliable`). Jobs that did not finish show their outcome
     in place of the times — an OOM as ``OOM (fits up to N)`` when ``fits``
     (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits — marked ``[n]``,
     with their reason (tag ``error``) in full under the table (:class:`Footnotes`). Jobs with a

@@ -3,7 +3,7 @@
 which device wins and by how much (and, over the data size, where that flips), energy and money
 per epoch and to the target. :mod:`sweeps.report.verdict_text` words it.
 
-A pick that rests on noisy timings (:func:`sweeps.tracking.reliability.unreliable`) and a margin
+A pick that rests on noisy timings (:func:`sweeps.report.timing_noise.unreliable`) and a margin
 inside that noise is not made: the finding says why instead.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sweeps import names
 from sweeps.report import best_lr, cost
 from sweeps.report.runs import JobRecord, memory_key, used_device
-from sweeps.tracking.reliability import SPREAD_LIMIT, unreliable
+from sweeps.report.timing_noise import SPREAD_LIMIT, unreliable
 
 DEVICE_KEYS = ("device", "device.index", "device.gpus", "device.backend")
 SIZE_KEY = "dataset.train_size"  # study 5 sweeps it: the device comparison's crossover

@@ -169,7 +169,7 @@ class SweepCallback(Callback):
     def _open_parent(self, config: DictConfig, client: MlflowClient, experiment_id: str) -> None:
     
         from sweeps.tracking import naming, resume
-        from sweeps.tracking.env import environment_tags
+        from sweeps.provenance.machine import environment_tags
 
         resume.mark_stale(client, experiment_id, config.checkpoint.dir)
         name = "/".join(Path(str(config.hydra.sweep.dir)).parts[-2:]) or "sweep"

@@ -16,8 +16,8 @@ from omegaconf import DictConfig
 from sweeps import names
 from sweeps.data.fingerprint import data_fingerprint
 from sweeps.tracking import resume
-from sweeps.tracking.env import hardware
-from sweeps.tracking.user_code import UserCode, changes, user_code
+from sweeps.provenance.machine import hardware
+from sweeps.provenance.user_code import UserCode, changes, user_code
 
 log = logging.getLogger("sweeps")
 
@@ -26,7 +26,7 @@ log = logging.getLogger("sweeps")
 class Identity:
     """``config_hash`` (16 hex), ``tags`` (its parts and the user's code, tagged on the run),
     ``without_code`` (the hash without the user's code; None where the job runs none) and
-    ``code`` (:class:`~sweeps.tracking.user_code.UserCode`)."""
+    ``code`` (:class:`~sweeps.provenance.user_code.UserCode`)."""
 
     config_hash: str
     tags: dict[str, str]

@@ -31,7 +31,7 @@ from sweeps.state import current
 from sweeps.tasks.base import Task, create, settings_of_other_tasks
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import inputs, naming, resume, series, store, store_processes
-from sweeps.tracking.env import environment_tags, fingerprint_json
+from sweeps.provenance.machine import environment_tags, fingerprint_json
 from sweeps.tracking.epochs import JOURNAL, EpochLog, read_journal
 from sweeps.tracking.records import RECORDS, RecordLog
 from sweeps.tracking.writer import RunWriter

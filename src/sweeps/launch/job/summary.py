@@ -9,7 +9,7 @@ from sweeps import names
 from sweeps.tracking import naming
 from sweeps.tracking.console import summary_table
 from sweeps.tracking.entities import classes
-from sweeps.tracking.reliability import unreliable
+from sweeps.report.timing_noise import unreliable
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

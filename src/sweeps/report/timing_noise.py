@@ -1,4 +1,4 @@
-"""When a job's timing should not be trusted: read from its summary metrics (torch-free, so the
+"""When a job's timing is too noisy to trust: read from its summary metrics (torch-free, so the
 sweep's summary and the report both use it). The measurements are :mod:`sweeps.train.noise`'s."""
 from __future__ import annotations
 
