@@ -191,6 +191,9 @@ def store(t: Tally, client, experiment: str, planned: int, journals: dict[str, l
                 stored = {a.path for a in client.list_artifacts(run_id)}
                 for name in rec["texts"]:
                     t.check(name in stored, f"run {run_id}: journaled text {name} not among its artifacts")
+            if rec.get("inputs") is not None:
+                t.check(run is not None and bool(run.inputs.dataset_inputs),
+                        f"run {run_id}: journaled dataset inputs not on the run")
 
 
 def folders_cleared(t: Tally, checkpoints: Path) -> None:

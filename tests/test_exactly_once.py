@@ -58,15 +58,18 @@ def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp
     assert client.get_run(run_id).info.status == "KILLED"
 
 
-def test_params_tags_and_texts_a_killed_job_never_had_stored_reach_its_run_at_the_next_start(tmp_path, monkeypatch):
-    """A job killed after it journaled its params, tags and config text but before the store took
-    them (its posted calls died with its store process; its queued tags with it): the next start
-    sends what the run lacks and nothing twice, then closes the run killed. A text longer than
-    the journal keeps is not copied."""
+def test_params_tags_texts_and_inputs_a_killed_job_never_had_stored_reach_its_run_at_the_next_start(tmp_path,
+                                                                                                     monkeypatch):
+    """A job killed after it journaled its params, tags, config text and dataset inputs but before
+    the store took them (its posted calls died with its store process; its queued tags with it):
+    the next start sends what the run lacks and nothing twice, then closes the run killed. A text
+    longer than the journal keeps is not copied."""
     import socket
 
+    from omegaconf import OmegaConf
+
     from sweeps import names
-    from sweeps.tracking import batches, records, resume, writer
+    from sweeps.tracking import batches, inputs, records, resume, writer
     from sweeps.tracking.store import open_client
 
     monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # the dead job's beat sends nothing during the test
@@ -81,6 +84,7 @@ def test_params_tags_and_texts_a_killed_job_never_had_stored_reach_its_run_at_th
     dead.records = records.RecordLog(folder / records.RECORDS)
     posted = []
     monkeypatch.setattr(dead, "_later", lambda *args, **kwargs: posted.append(args))  # never reaches the store
+    monkeypatch.setattr(dead, "post", lambda *args: posted.append(args))  # nor do the dataset inputs
     dead.log_params({"already": "there", "optimizer.lr": 0.1, "batch": 64})
     dead.set_tags({names.COMPILED_TAG: "no", "sweeps.note": "first"})
     dead.set_tags({"sweeps.note": "second"})
@@ -88,11 +92,16 @@ def test_params_tags_and_texts_a_killed_job_never_had_stored_reach_its_run_at_th
     dead._tags.clear()
     dead.log_text("optimizer:\n  lr: 0.1\n", "config.yaml")
     dead.log_text("x" * (records.TEXT_MAX + 1), "epochs.csv")
-    assert len(posted) == 5 and not client.get_run(run_id).data.tags.get("sweeps.note")
+    inputs.log_job_data(dead, OmegaConf.create({"name": "diabetes"}), "generated:diabetes", [10], 354, 88,
+                        regression=True)
+    assert len(posted) == 7 and not client.get_run(run_id).data.tags.get("sweeps.note")
+    assert not client.get_run(run_id).inputs.dataset_inputs
 
     assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1  # the next start
     run = client.get_run(run_id)
-    assert run.data.params == {"already": "there", "optimizer.lr": "0.1", "batch": "64"}
+    assert run.data.params == {"already": "there", "optimizer.lr": "0.1", "batch": "64", names.TRAIN_EXAMPLES: "354",
+                               names.TEST_EXAMPLES: "88", names.INPUT_SHAPE: "10"}
+    assert sorted(i.dataset.name for i in run.inputs.dataset_inputs) == ["diabetes/test", "diabetes/train"]
     assert run.data.tags["sweeps.note"] == "second" and run.data.tags[names.COMPILED_TAG] == "no"
     assert run.data.tags[names.LR_TAG] == "as written"
     assert [a.path for a in client.list_artifacts(run_id)] == ["config.yaml"]

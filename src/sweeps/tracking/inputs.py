@@ -97,12 +97,17 @@ def log_job_data(writer, dataset_cfg, fingerprint: str, in_shape: Sequence[int],
                  regression: bool) -> None:
     """A job's :func:`example_params` and :func:`log_datasets` through its
     :class:`~sweeps.tracking.writer.RunWriter` (two calls, once per job; through a store process
-    neither is waited for). Never raises: a store that refuses the inputs is reported in one line
+    neither is waited for), journaled first where the writer journals
+    (:mod:`sweeps.tracking.records`). Never raises: a store that refuses the inputs is reported in one line
     and the job goes on."""
     try:
         writer.log_params(example_params(in_shape, train_n, test_n))
-        writer.post(f"dataset inputs of run {writer.run_id}", log_datasets, writer.run_id, str(dataset_cfg.name),
-                     fingerprint, dataset_cfg.get("root"), [int(d) for d in in_shape], train_n, test_n, regression)
+        root = dataset_cfg.get("root")
+        args = [str(dataset_cfg.name), fingerprint, None if root is None else str(root), [int(d) for d in in_shape], train_n,
+                test_n, regression]
+        if writer.records:  # journaled first: a job killed before the store took them has them sent by the next start
+            writer.records.append_inputs(args)
+        writer.post(f"dataset inputs of run {writer.run_id}", log_datasets, writer.run_id, *args)
     except Exception as e:  # noqa: BLE001 (inputs describe the job; they never stop it)
         log.warning("MLflow: dataset inputs and example counts of run %s not logged (%s: %s)", writer.run_id,
                     type(e).__name__, brief(e))

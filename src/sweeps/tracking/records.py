@@ -1,4 +1,4 @@
-"""A run's params, tags and small texts, journaled: each call that logs them appends one JSON line to the
+"""A run's params, tags, small texts and dataset inputs, journaled: each call that logs them appends one JSON line to the
 run's :data:`RECORDS` file (beside its epoch journal, in the run's checkpoint folder) before it is
 sent, and a later start replays what the run lacks (:func:`replay`, from
 :func:`sweeps.tracking.resume.mark_stale`).
@@ -12,7 +12,9 @@ param MLflow already holds is not sent again (a param's value never changes), a 
 the run's value differs, a text only where the run has no artifact of its name, so a dead job's
 store process that still ingests its last call stores nothing twice. Texts are journaled up to
 :data:`TEXT_MAX` characters (the config and the machine's fingerprint, a short job's CSVs); a long
-job's ``epochs.csv`` is not copied: its epochs are in the epoch journal.
+job's ``epochs.csv`` is not copied: its epochs are in the epoch journal. Dataset inputs are
+journaled as the arguments of :func:`sweeps.tracking.inputs.log_datasets` and replayed where the
+run has none.
 """
 from __future__ import annotations
 
@@ -22,10 +24,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sweeps.tracking import entities
+from sweeps.tracking import entities, inputs
+from sweeps.tracking.store_client import in_store
 
 log = logging.getLogger("sweeps")
-RECORDS = "run.jsonl"  # in a run's folder: {"params"/"tags"/"texts": {name: value}} per line, in call order
+RECORDS = "run.jsonl"  # in a run's folder: {"params"/"tags"/"texts": {name: value}} or {"inputs": [args]} per line, in call order
 PER_CALL = 100  # MLflow's log_batch limit on params, and on tags, per call
 TEXT_MAX = 64 * 1024  # characters: a longer text is sent, not journaled
 
@@ -44,9 +47,18 @@ class RecordLog:
         name → text, left out above :data:`TEXT_MAX` characters; values as strings)."""
         if kind == "texts":
             values = {k: v for k, v in values.items() if len(v) <= TEXT_MAX}
-        if self.off or not values:
+        if values:
+            self._write({kind: {k: str(v) for k, v in values.items()}})
+
+    def append_inputs(self, args: list) -> None:
+        """One line ``{"inputs": args}``: the arguments of
+        :func:`~sweeps.tracking.inputs.log_datasets` after its client and run id (JSON values)."""
+        self._write({"inputs": list(args)})
+
+    def _write(self, record: dict) -> None:
+        if self.off:
             return
-        line = json.dumps({kind: {k: str(v) for k, v in values.items()}}) + "\n"
+        line = json.dumps(record) + "\n"
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -59,11 +71,13 @@ class RecordLog:
             log.debug("the run's params and tags are not journaled (%s): %s", self.path, e)
 
 
-def read(path: str | Path) -> dict[str, dict[str, str]]:
-    """``{"params": …, "tags": …, "texts": …}`` that :data:`RECORDS` at ``path`` holds, a tag or
-    text logged twice at its last value; empty dicts where there is no file. A torn last line (the
-    process died writing it) is skipped."""
-    out: dict[str, dict[str, str]] = {"params": {}, "tags": {}, "texts": {}}
+def read(path: str | Path) -> dict[str, Any]:
+    """``{"params": …, "tags": …, "texts": …, "inputs": …}`` that :data:`RECORDS` at ``path``
+    holds, a tag or text logged twice at its last value, ``inputs`` the last dataset inputs'
+    arguments (None: none); empty where there is no file. A torn last line (the process died
+    writing it) is skipped."""
+    out: dict[str, Any] = {"params": {}, "tags": {}, "texts": {}}
+    last_inputs = None
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -75,14 +89,16 @@ def read(path: str | Path) -> dict[str, dict[str, str]]:
             continue
         for kind, values in out.items():
             values.update(record.get(kind) or {})
+        last_inputs = record.get("inputs", last_inputs)
+    out["inputs"] = last_inputs
     return out
 
 
 def replay(client: Any, run: Any, folder: str | Path) -> int:
-    """Send run ``run`` (an MLflow run as ``search_runs`` returns it) the params, tags and texts
-    its :data:`RECORDS` in ``folder`` holds and the run lacks: a param it has not, a tag whose
-    value differs, a text with no artifact of its name. Returns how many were sent. Raises what
-    MLflow raises."""
+    """Send run ``run`` (an MLflow run as ``search_runs`` returns it) the params, tags, texts and
+    dataset inputs its :data:`RECORDS` in ``folder`` holds and the run lacks: a param it has not,
+    a tag whose value differs, a text with no artifact of its name, the dataset inputs where it
+    has none. Returns how many were sent (the inputs count one). Raises what MLflow raises."""
     held = read(Path(folder) / RECORDS)
     params = {k: v for k, v in held["params"].items() if k not in run.data.params}
     tags = {k: v for k, v in held["tags"].items() if run.data.tags.get(k) != v}
@@ -99,4 +115,9 @@ def replay(client: Any, run: Any, folder: str | Path) -> int:
     items = [RunTag(k, v) for k, v in tags.items()]
     for i in range(0, len(items), PER_CALL):
         client.log_batch(run.info.run_id, tags=items[i:i + PER_CALL])
-    return len(params) + len(tags) + len(texts)
+    sent_inputs = 0
+    run_inputs = getattr(run, "inputs", None)
+    if held["inputs"] is not None and not getattr(run_inputs, "dataset_inputs", None):
+        in_store(client, inputs.log_datasets, run.info.run_id, *held["inputs"])
+        sent_inputs = 1
+    return len(params) + len(tags) + len(texts) + sent_inputs
