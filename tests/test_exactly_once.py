@@ -109,6 +109,7 @@ def test_params_tags_texts_and_inputs_a_killed_job_never_had_stored_reach_its_ru
         (tmp_path / "config.yaml").read_text() == "optimizer:\n  lr: 0.1\n"
     assert run.info.status == "KILLED" and run.data.tags[names.OUTCOME_TAG] == names.KILLED
     assert records.replay(client, client.get_run(run_id), folder) == 0  # a second start sends nothing again
+    assert records.replay(client, client.get_run(run_id), tmp_path / "no journal") == 0  # a run journaled nothing
     dead.close()
 
 

@@ -76,8 +76,7 @@ def read(path: str | Path) -> dict[str, Any]:
     holds, a tag or text logged twice at its last value, ``inputs`` the last dataset inputs'
     arguments (None: none); empty where there is no file. A torn last line (the process died
     writing it) is skipped."""
-    out: dict[str, Any] = {"params": {}, "tags": {}, "texts": {}}
-    last_inputs = None
+    out: dict[str, Any] = {"params": {}, "tags": {}, "texts": {}, "inputs": None}
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -87,10 +86,9 @@ def read(path: str | Path) -> dict[str, Any]:
             record = json.loads(line)
         except ValueError:
             continue
-        for kind, values in out.items():
-            values.update(record.get(kind) or {})
-        last_inputs = record.get("inputs", last_inputs)
-    out["inputs"] = last_inputs
+        for kind in ("params", "tags", "texts"):
+            out[kind].update(record.get(kind) or {})
+        out["inputs"] = record.get("inputs", out["inputs"])
     return out
 
 
