@@ -38,7 +38,7 @@ def test_diabetes_regression_full_batch_and_minibatch(tmp_path):
 @pytest.mark.slow
 def test_offline_mnist_preset(tmp_path, mnist_folder, monkeypatch):
     """The README's offline example: mlp and cnn10_narrow at batch 64 and 256, 2 epochs on the CPU,
-    on 8,000 real digits (~1.5 min); every job reaches the preset's target (90% test accuracy), timed
+    on 8,000 real digits (~2 min alone, ~6 min beside another test); every job reaches the preset's target (90% test accuracy), timed
     within the job, and the report's reference table has the time-to-target column and figure."""
     proc = run_cli(["-m", "+experiment=offline_mnist", f"dataset.folder={mnist_folder}"], tmp_path, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -226,14 +226,15 @@ def _parent(pid: int) -> int | None:
 
 def _store_processes(pid: int) -> list[int]:
     """Store processes (``sweeps.tracking.store_process``, not their background process) among the
-    descendants of process ``pid``."""
+    descendants of process ``pid``. A store process's own children are not searched: its one child
+    is its background process, which between its fork and its exec still shows the store
+    process's command line (a background process is restarted after the job hurried it)."""
     found, todo = [], [pid]
     while todo:
         try:
             kids = _children(todo.pop())
         except OSError:  # ended meanwhile
             continue
-        todo += kids
         for kid in kids:
             try:
                 with open(f"/proc/{kid}/cmdline", "rb") as f:
@@ -242,6 +243,8 @@ def _store_processes(pid: int) -> list[int]:
                 continue
             if b"sweeps.tracking.store_process" in argv and b"--background" not in argv:
                 found.append(kid)
+            elif b"--background" not in argv:
+                todo.append(kid)
     return found
 
 
