@@ -27,7 +27,9 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
   10-16-32-16-1 regressor on scikit-learn's diabetes rows, 354 for training, ~1-ms epochs) against
   a hand loop on the same tensors (``sweeps.data.builtin.diabetes``): Adam 0.01, full batch,
   ``loss.item()`` each epoch, no evaluation. Marginal cost per epoch and flatness as study 5's.
-  Target ≤ 1.25×.
+  Target ≤ 1.25×. Beside it, a hand loop that also evaluates each epoch as the job does (the test
+  loss of the 88 test rows under ``torch.no_grad()``): its ratio to the first is what the
+  evaluation itself costs, the job's ratio to it what sweeps' bookkeeping costs.
 - study 4 (``+experiment=mnist_devices device=cpu``: MLP 784-1000-1000-10, batch 100, Adam): the
   MNIST test split the repo holds, examples/data (10,000 real digits, used as both splits: the
   training split is not on this machine) — median epoch vs a bare loop over the same tensors (target ≤ 1.05×),
@@ -149,31 +151,44 @@ def default_args() -> list[str]:
     return ["+experiment=diabetes", "batch=full"]
 
 
-def hand_loop_default(epochs: int, eval_every: int, threads: int) -> float:
+def hand_loop_default(epochs: int, eval_every: int, threads: int, evaluate: bool = False) -> float:
     """Seconds for ``epochs`` epochs of the diabetes job written by hand (the same tensors, model,
     optimizer; ``loss.item()`` each epoch as a hand loop prints or keeps it; no evaluation, whatever
-    ``eval_every``), with ``threads`` torch threads."""
+    ``eval_every``), with ``threads`` torch threads. ``evaluate``: also the test loss every
+    ``eval_every``-th epoch, as a hand loop writes it (``model.eval()``, ``torch.no_grad()``, the
+    MSE of the 88 test rows, ``.item()``, ``model.train()``) — the job's evaluation without its
+    bookkeeping, so the two ratios part the evaluation's own cost from sweeps'."""
     from sweeps.data.builtin import diabetes
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        train, _, spec = diabetes()
-        x, y = train.tensors
+        train, test, spec = diabetes()
+        (x, y), (x_test, y_test) = train.tensors, test.tensors
         torch.manual_seed(0)
         model = MLP(spec.in_shape, 1, hidden=[16, 32, 16])
         opt, loss_fn = torch.optim.Adam(model.parameters(), lr=0.01), torch.nn.MSELoss()
         model.train()
         t0 = time.perf_counter()
-        for _ in range(epochs):
+        for epoch in range(1, epochs + 1):
             loss = loss_fn(model(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             loss.item()
+            if evaluate and epoch % eval_every == 0:
+                model.eval()
+                with torch.no_grad():
+                    loss_fn(model(x_test), y_test).item()
+                model.train()
         return time.perf_counter() - t0
     finally:
         torch.set_num_threads(before)
+
+
+def hand_loop_default_evaluated(epochs: int, eval_every: int, threads: int) -> float:
+    """:func:`hand_loop_default` with the job's evaluation cadence."""
+    return hand_loop_default(epochs, eval_every, threads, evaluate=True)
 
 
 def default(repeats: int, epochs: int) -> None:
@@ -182,13 +197,15 @@ def default(repeats: int, epochs: int) -> None:
     if DEVICE.type != "cpu":
         print("skipped: the default case runs on the CPU (the preset's device)")
         return
-    marginal(repeats, epochs, default_args(), "diabetes", hand_loop_default, [])
+    marginal(repeats, epochs, default_args(), "diabetes", hand_loop_default, [], also=hand_loop_default_evaluated)
 
 
-def marginal(repeats: int, epochs: int, base: list[str], experiment: str, hand_loop, extra: list[str]) -> None:
+def marginal(repeats: int, epochs: int, base: list[str], experiment: str, hand_loop, extra: list[str],
+             also=None) -> None:
     """Marginal ms/epoch of ``python -m sweeps BASE EXTRA`` (runs of ``experiment``) and of
     ``hand_loop(epochs, eval_every, threads)`` → s, each repeat measured back to back; flatness from
-    the run's ``time/elapsed_s`` series."""
+    the run's ``time/elapsed_s`` series. ``also``: a second hand loop of the same signature,
+    measured beside the first, and its ratio printed too."""
     composed = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); "
                                "from conftest import compose; from sweeps.tracking.series import stride_of_config; "
                                "c = compose(%r); print(c.eval.every_epochs, stride_of_config(c), c.device.threads or 0)"
@@ -203,15 +220,18 @@ def marginal(repeats: int, epochs: int, base: list[str], experiment: str, hand_l
     if DEVICE.type == "cuda":
         hand_loop(200, eval_every, threads)  # unmeasured: CUDA context, cuBLAS handles, first kernels
 
-    def marginal_hand() -> float:
-        walls = {n: hand_loop(n, eval_every, threads) for n in (100, epochs)}
+    def marginal_hand(loop=hand_loop) -> float:
+        walls = {n: loop(n, eval_every, threads) for n in (100, epochs)}
         return (walls[epochs] - walls[100]) / (epochs - 100)
+
+    hand_also = []
 
     # the VM's speed drifts by tens of % within minutes (docs/methodology.md): each repeat's hand loop
     # runs right before and right after its sweeps jobs and counts as their mean (an A-B-A design),
     # so a drift that is linear over the repeat cancels out of its ratio
     for r in range(repeats):
         before = [marginal_hand()]
+        before_also = [marginal_hand(also)] if also else []
         walls = {}
         for n in (100, epochs):
             with tempfile.TemporaryDirectory() as tmp:
@@ -232,10 +252,17 @@ def marginal(repeats: int, epochs: int, base: list[str], experiment: str, hand_l
                                        / statistics.median(c for b, c in cost if 100 < b <= mid))
         ours.append((walls[epochs] - walls[100]) / (epochs - 100))
         hand.append(statistics.fmean(before + [marginal_hand()]))  # before and after the job: drift cancels
+        if also:
+            hand_also.append(statistics.fmean(before_also + [marginal_hand(also)]))
         print(f"  repeat {r}: sweeps {1e3 * ours[-1]:.3f} ms/epoch, hand loop {1e3 * hand[-1]:.3f} ms/epoch, "
-              f"late/early {flat[-1]:.3f} (medians: {flat_median[-1]:.3f})")
+              + (f"hand loop evaluating as the job {1e3 * hand_also[-1]:.3f} ms/epoch, " if also else "")
+              + f"late/early {flat[-1]:.3f} (medians: {flat_median[-1]:.3f})")
     ratios = [a / b for a, b in zip(ours, hand)]
     print(f"sweeps marginal ms/epoch {spread([1e3 * v for v in ours])}; hand loop {spread([1e3 * v for v in hand])}")
+    if also:
+        print(f"hand loop evaluating as the job (eval.every_epochs={eval_every}) {spread([1e3 * v for v in hand_also])} "
+              f"ms/epoch; ratio sweeps ÷ it {spread([a / b for a, b in zip(ours, hand_also)])}; "
+              f"ratio it ÷ hand loop {spread([a / b for a, b in zip(hand_also, hand)])} (the evaluation's own cost)")
     print(f"ratio sweeps ÷ hand {spread(ratios)} (target ≤ 1.25); flatness late ÷ early {spread(flat)} (target 0.9–1.1); "
           f"by the medians of the series' steps {spread(flat_median)}")
 
