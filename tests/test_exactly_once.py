@@ -62,8 +62,8 @@ def test_params_tags_texts_and_inputs_a_killed_job_never_had_stored_reach_its_ru
                                                                                                      monkeypatch):
     """A job killed after it journaled its params, tags, config text and dataset inputs but before
     the store took them (its posted calls died with its store process; its queued tags with it):
-    the next start sends what the run lacks and nothing twice, then closes the run killed. A text
-    longer than the journal keeps is not copied."""
+    the next start sends what the run lacks and nothing twice, then closes the run killed — a text
+    longer than a journal line keeps (a long job's epochs.csv) too, from the file it was written to."""
     import socket
 
     from omegaconf import OmegaConf
@@ -91,7 +91,9 @@ def test_params_tags_texts_and_inputs_a_killed_job_never_had_stored_reach_its_ru
     dead.queue_tags({names.LR_TAG: "as written"})  # held for the next metric batch, which never came
     dead._tags.clear()
     dead.log_text("optimizer:\n  lr: 0.1\n", "config.yaml")
-    dead.log_text("x" * (records.TEXT_MAX + 1), "epochs.csv")
+    long_text = "epoch,train/loss\n" + "".join(f"{i},{1 / i:.6f}\n" for i in range(1, 5000))
+    assert len(long_text) > records.TEXT_MAX
+    dead.log_text(long_text, "epochs.csv")
     inputs.log_job_data(dead, OmegaConf.create({"name": "diabetes"}), "generated:diabetes", [10], 354, 88,
                         regression=True)
     assert len(posted) == 7 and not client.get_run(run_id).data.tags.get("sweeps.note")
@@ -104,9 +106,11 @@ def test_params_tags_texts_and_inputs_a_killed_job_never_had_stored_reach_its_ru
     assert sorted(i.dataset.name for i in run.inputs.dataset_inputs) == ["diabetes/test", "diabetes/train"]
     assert run.data.tags["sweeps.note"] == "second" and run.data.tags[names.COMPILED_TAG] == "no"
     assert run.data.tags[names.LR_TAG] == "as written"
-    assert [a.path for a in client.list_artifacts(run_id)] == ["config.yaml"]
+    assert sorted(a.path for a in client.list_artifacts(run_id)) == ["config.yaml", "epochs.csv"]
     assert client.download_artifacts(run_id, "config.yaml", str(tmp_path)) and \
         (tmp_path / "config.yaml").read_text() == "optimizer:\n  lr: 0.1\n"
+    assert client.download_artifacts(run_id, "epochs.csv", str(tmp_path)) and \
+        (tmp_path / "epochs.csv").read_text() == long_text
     assert run.info.status == "KILLED" and run.data.tags[names.OUTCOME_TAG] == names.KILLED
     assert records.replay(client, client.get_run(run_id), folder) == 0  # a second start sends nothing again
     assert records.replay(client, client.get_run(run_id), tmp_path / "no journal") == 0  # a run journaled nothing

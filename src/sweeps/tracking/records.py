@@ -10,11 +10,12 @@ A job killed (SIGKILL, the OOM killer) between the call and the store taking it 
 line written first survives the process, as the epoch journal does. Replaying is idempotent: a
 param MLflow already holds is not sent again (a param's value never changes), a tag only where
 the run's value differs, a text only where the run has no artifact of its name, so a dead job's
-store process that still ingests its last call stores nothing twice. Texts are journaled up to
-:data:`TEXT_MAX` characters (the config and the machine's fingerprint, a short job's CSVs); a long
-job's ``epochs.csv`` is not copied: its epochs are in the epoch journal. Dataset inputs are
-journaled as the arguments of :func:`sweeps.tracking.inputs.log_datasets` and replayed where the
-run has none.
+store process that still ingests its last call stores nothing twice. Texts up to
+:data:`TEXT_MAX` characters (the config, the machine's fingerprint, a short job's CSVs) are
+journaled in their line; a longer one (a long job's ``epochs.csv`` or ``telemetry.csv``) is
+written whole to a file of its own under :data:`TEXTS` first (temporary file + rename: a kill
+mid-write leaves no torn copy) and its line names that file. Dataset inputs are journaled as the
+arguments of :func:`sweeps.tracking.inputs.log_datasets` and replayed where the run has none.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from sweeps.tracking.store_client import in_store
 log = logging.getLogger("sweeps")
 RECORDS = "run.jsonl"  # in a run's folder: {"params"/"tags"/"texts": {name: value}} or {"inputs": [args]} per line, in call order
 PER_CALL = 100  # MLflow's log_batch limit on params, and on tags, per call
-TEXT_MAX = 64 * 1024  # characters: a longer text is sent, not journaled
+TEXT_MAX = 64 * 1024  # characters: a longer text is journaled as a file of its own under TEXTS
+TEXTS = "texts"  # in a run's folder, beside RECORDS: the texts longer than TEXT_MAX, one file each
 
 
 class RecordLog:
@@ -44,11 +46,32 @@ class RecordLog:
 
     def append(self, kind: str, values: dict[str, Any]) -> None:
         """One line ``{kind: values}`` (``kind``: ``"params"``, ``"tags"`` or ``"texts"``: artifact
-        name → text, left out above :data:`TEXT_MAX` characters; values as strings)."""
+        name → text; values as strings). A text over :data:`TEXT_MAX` characters goes to a file
+        under :data:`TEXTS` and the line ``{"text_files": {name: file}}`` names it."""
         if kind == "texts":
+            files = {k: self._text_file(k, v) for k, v in values.items() if len(v) > TEXT_MAX}
+            if any(files.values()):
+                self._write({"text_files": {k: f for k, f in files.items() if f}})
             values = {k: v for k, v in values.items() if len(v) <= TEXT_MAX}
         if values:
             self._write({kind: {k: str(v) for k, v in values.items()}})
+
+    def _text_file(self, name: str, text: str) -> str | None:
+        """Write ``text`` whole to ``TEXTS/<name>`` beside the journal (``/`` in ``name`` as ``_``);
+        its path relative to the journal's folder, None where it could not be written."""
+        if self.off:
+            return None
+        relative = f"{TEXTS}/{name.replace('/', '_')}"
+        target = self.path.parent / relative
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(target.name + ".partial")
+            partial.write_text(text, encoding="utf-8")
+            os.replace(partial, target)
+        except OSError as e:
+            log.debug("the run's text %s is not journaled (%s): %s", name, target, e)
+            return None
+        return relative
 
     def append_inputs(self, args: list) -> None:
         """One line ``{"inputs": args}``: the arguments of
@@ -73,7 +96,8 @@ class RecordLog:
 
 def read(path: str | Path) -> dict[str, Any]:
     """``{"params": …, "tags": …, "texts": …, "inputs": …}`` that :data:`RECORDS` at ``path``
-    holds, a tag or text logged twice at its last value, ``inputs`` the last dataset inputs'
+    holds, a tag or text logged twice at its last value (a long text read from its file under
+    :data:`TEXTS`; one whose file is gone is left out), ``inputs`` the last dataset inputs'
     arguments (None: none); empty where there is no file. A torn last line (the process died
     writing it) is skipped."""
     out: dict[str, Any] = {"params": {}, "tags": {}, "texts": {}, "inputs": None}
@@ -88,6 +112,11 @@ def read(path: str | Path) -> dict[str, Any]:
             continue
         for kind in ("params", "tags", "texts"):
             out[kind].update(record.get(kind) or {})
+        for name, relative in (record.get("text_files") or {}).items():
+            try:
+                out["texts"][name] = (Path(path).parent / relative).read_text(encoding="utf-8")
+            except OSError:
+                out["texts"].pop(name, None)
         out["inputs"] = record.get("inputs", out["inputs"])
     return out
 

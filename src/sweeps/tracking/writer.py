@@ -141,7 +141,7 @@ class RunWriter(MetricBatches):
 
     def log_text(self, text: str, name: str) -> None:
         """Log ``text`` as the run's artifact ``name`` (see :meth:`set_tags` for when; journaled
-        first up to :data:`~sweeps.tracking.records.TEXT_MAX` characters)."""
+        first: :meth:`~sweeps.tracking.records.RecordLog.append`)."""
         if self.records:
             self.records.append("texts", {name: text})
         self._later(f"{name} of run {self.run_id}", "log_text", self.run_id, text, name)
