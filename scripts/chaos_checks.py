@@ -187,9 +187,9 @@ def store(t: Tally, client, experiment: str, planned: int, journals: dict[str, l
                         f"run {run_id}: journaled param {key}={value!r} not on the run")
             for key in rec.get("tags") or {}:  # its value may be a later owner's (outcome, resumed)
                 t.check(run is not None and key in run.data.tags, f"run {run_id}: journaled tag {key} not on the run")
-            if rec.get("texts") and run is not None:
+            if (rec.get("texts") or rec.get("text_files")) and run is not None:
                 stored = {a.path for a in client.list_artifacts(run_id)}
-                for name in rec["texts"]:
+                for name in {**(rec.get("texts") or {}), **(rec.get("text_files") or {})}:
                     t.check(name in stored, f"run {run_id}: journaled text {name} not among its artifacts")
             if rec.get("inputs") is not None:
                 t.check(run is not None and bool(run.inputs.dataset_inputs),
