@@ -63,6 +63,13 @@ def _children(cwd: Path) -> list:
     return [r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags]
 
 
+def _job_log(cwd: Path) -> str:
+    """The end of the sweep's first job's log (command.log: sweeps' own lines, Slurm's signals
+    and requeues) and of its Slurm job's stderr (submitit, slurmstepd): a failure says what happened."""
+    logs = sorted(cwd.glob("multirun/*/*/0/command.log")) + sorted(cwd.glob("multirun/*/*/.submitit/*/*_log.err"))
+    return "\n".join(f"--- {p.relative_to(cwd)}\n{p.read_text(errors='replace')[-3000:]}" for p in logs)
+
+
 @pytest.fixture(scope="module")
 def requeue_sweep(cluster, request, tmp_path_factory):
     """The 1-minute-limit sweep, started before the other tests when its test is selected."""
@@ -185,7 +192,7 @@ def test_a_time_limit_requeues_and_resumes_in_the_same_run(requeue_sweep):
     assert len(children) == 1, [r.data.tags.get("outcome") for r in children]  # one job, one run, counted once
     run = children[0]
     tags = run.data.tags
-    assert tags["outcome"] == "ok" and run.info.status == "FINISHED", tags.get("error")
+    assert tags["outcome"] == "ok" and run.info.status == "FINISHED", (tags.get("error"), _job_log(cwd))
     assert tags["resumed"] == "true" and int(tags["slurm.restarts"]) >= 1
     client = MlflowClient(f"sqlite:///{cwd / 'mlruns' / 'mlflow.db'}")
     for key in ("time/epoch_s", "train/loss", "test/acc"):
@@ -253,6 +260,38 @@ def test_sigusr2_checkpoints_at_the_epoch_end_or_gives_up_after_the_grace(tmp_pa
         slurm._SlurmJob.asked_at, slurm._SlurmJob.timer, slurm._SlurmJob.epoch_end = None, None, False
         for s, handler in saved.items():
             signal.signal(s, handler)
+
+
+class _Disposition:
+    """A one-item dataset: what SIGUSR2 does in the data loader worker that loads it."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, i: int) -> int:
+        import signal
+
+        return int(signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN)
+
+
+def test_a_data_loader_worker_of_a_slurm_job_ignores_the_sigusr2_slurm_sends_every_process():
+    import signal
+
+    from torch.utils.data import DataLoader
+
+    from sweeps.launch.slurm import requeue as slurm
+
+    def one_epoch() -> list[int]:
+        assert signal.getsignal(signal.SIGUSR2) is slurm._on_usr2  # the job's process acts on it
+        return [int(x) for x in DataLoader(_Disposition(), batch_size=None, num_workers=1)]
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
+    try:
+        assert slurm.run_job(one_epoch, 120) == [1]  # a worker killed by it would end the epoch with an error
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    assert [int(x) for x in DataLoader(_Disposition(), batch_size=None, num_workers=1)] == [0]  # outside a job: as it was
 
 
 def test_the_grace_after_sigusr2_leaves_time_to_close_and_requeue():

@@ -25,7 +25,7 @@ from sweeps import names
 from sweeps.errors import UsageError
 from sweeps.telemetry import plot
 from sweeps.telemetry.sampler import Telemetry
-from sweeps.tracking import inputs, priority
+from sweeps.tracking import batches, inputs, priority
 from sweeps.tracking.store_client import RemoteClient, StoreError
 from sweeps.tracking.store_processes import _runs_jobs
 from sweeps.tracking.store_service import StoreService
@@ -537,3 +537,60 @@ def test_a_jobs_end_does_not_wait_for_a_starved_background_batch(tmp_path, monke
         assert [f.path for f in real.list_artifacts(writer.run_id)] == ["telemetry.png"]
     finally:
         service.close()
+
+
+@pytest.mark.slow  # a store process and its background process: ~6 s of imports
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux: /proc/PID/task/TID/children")
+def test_slurms_sigusr2_to_every_process_of_the_job_step_leaves_the_store_processes_serving(service, caplog):
+    # Slurm's --signal=USR2@delay reaches every process of the step; the job's own acts on it
+    # (sweeps.launch.slurm.requeue) and still needs its store to close the run and requeue
+    client, experiment_id = service.opened()
+    writer = RunWriter(client, experiment_id, "job", None, {})
+    deadline = time.monotonic() + 60
+    while not _children(service.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    helpers = [service.proc.pid, *_children(service.proc.pid)]
+    assert len(helpers) == 2  # the store process and its background process
+    with caplog.at_level(logging.WARNING, logger="sweeps"):
+        for pid in helpers:
+            os.kill(pid, signal.SIGUSR2)
+        time.sleep(0.5)
+        writer.log_metrics({names.EPOCH_S: 1.0}, step=1)
+        writer.end("FINISHED")
+    assert service.proc.poll() is None and all(os.path.exists(f"/proc/{pid}") for pid in helpers)
+    assert not [r.getMessage() for r in caplog.records if "store's process ended" in r.getMessage()]
+    assert [m.value for m in MlflowClient(service.uri).get_metric_history(writer.run_id, names.EPOCH_S)] == [1.0]
+
+
+@pytest.mark.slow  # its own store process: ~2 s of imports
+def test_a_dead_store_process_found_by_the_writers_background_thread_is_opened_by_the_jobs_thread_alone(
+        service, monkeypatch):
+    # the background thread runs at the lowest priority holding the pipe's lock: opening the store
+    # there (importing mlflow) would hold the job's next call for as long as other programs keep
+    # the cores busy — a Slurm job's run then outlived its time limit
+    from sweeps.tracking import store_service
+
+    opened_by: list[tuple[str, bool]] = []
+    real_open = store_service._open_here
+
+    def open_here(uri: str, experiment: str):
+        opened_by.append((threading.current_thread().name, priority.lowered()))
+        return real_open(uri, experiment)
+    monkeypatch.setattr(store_service, "_open_here", open_here)
+    client, experiment_id = service.opened()
+    writer = RunWriter(client, experiment_id, "job", None, {})
+    os.kill(service.proc.pid, signal.SIGKILL)
+    service.proc.wait(timeout=10)
+    writer.log_metrics({names.EPOCH_S: 1.0}, step=1)
+    writer.queue_tags({"phase": "one"})
+    deadline = time.monotonic() + 60
+    while service._local is None and time.monotonic() < deadline:  # the background beat (every 2 s) finds it
+        time.sleep(0.05)
+    time.sleep(2 * batches.FLUSH_S)  # and tries again at its next beat
+    assert service._local is not None and opened_by == []
+    writer.log_metrics({names.EPOCH_S: 2.0}, step=2)
+    writer.end("FINISHED")  # the job's own flush: the store opened here, on the job's thread
+    assert opened_by == [("MainThread", False)]
+    run = MlflowClient(service.uri).get_run(writer.run_id)
+    assert [m.value for m in MlflowClient(service.uri).get_metric_history(writer.run_id, names.EPOCH_S)] == [1.0, 2.0]
+    assert run.data.tags["phase"] == "one" and run.info.status == "FINISHED" and writer.lost == 0

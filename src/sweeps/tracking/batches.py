@@ -10,7 +10,9 @@ is reported once. A store that has not answered for :data:`DOWN_S` counts as dow
 send is tried once, and the rest of a flush whose send failed is counted lost without a call
 (every epoch is in the job's journal and records, which the job's end or a later start replays),
 so a tracking server that goes away costs a job's end about a minute, not MLflow's minutes of
-retries per batch (:mod:`sweeps.tracking.http_policy`).
+retries per batch (:mod:`sweeps.tracking.http_policy`). Once a job's store process is gone, the
+background thread sends nothing (:class:`~sweeps.tracking.store_service.BackgroundHeld`): its
+values wait for a flush at the caller's normal priority (the job's end, a resume's replay).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from sweeps.errors import brief
 from sweeps.tracking import entities, http_policy, priority
 from sweeps.tracking.cadence import Cadence
-from sweeps.tracking.store_service import HURRY_AFTER_S
+from sweeps.tracking.store_service import HURRY_AFTER_S, BackgroundHeld
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -140,6 +142,10 @@ class MetricBatches:
                 self.client.log_batch(self.run_id, metrics=chunk, tags=tags)
                 self._down_since = None
                 return True
+            except BackgroundHeld:  # the background thread's, once the store process is gone: kept
+                self._queue[:0] = chunk
+                self._tags[:0] = [(t.key, t.value) for t in tags]
+                raise
             except Exception as e:  # connection refused, 5xx, busy pool (HTTP 400 "QueuePool limit")
                 transient = _transient(e)
                 if transient and self._down_since is None:
@@ -161,7 +167,10 @@ class MetricBatches:
         priority.lowest(threading.get_native_id())  # this thread only: sends use cores the training leaves idle
         while not self._wake.wait(self.cadence.wait_s()):
             values, start = len(self._queue), time.monotonic()
-            self.flush(values)
+            try:
+                self.flush(values)
+            except BackgroundHeld:  # kept queued for a flush at normal priority (module docstring)
+                continue
             self.cadence.sent(time.monotonic() - start, values, BATCH)
 
     def send_later(self) -> None:

@@ -23,7 +23,9 @@ for it — 55 s at a 10,000-epoch job's end beside two busy loops (measured on a
 2-core VM). When the job says HURRY, the background process is killed (the store rolls its
 transaction back) and the main thread answers the call itself at normal priority, as it does
 every background call for :data:`HURRIED_S` after. It ignores SIGINT and
-SIGTERM (the job closes its run through it after a signal) and SIGTTOU (in a background process
+SIGTERM (the job closes its run through it after a signal), SIGUSR1 and SIGUSR2 (Slurm's
+``--signal`` warning reaches every process of the job step; the job's own process acts on it and
+still needs its store: :mod:`sweeps.launch.slurm.requeue`) and SIGTTOU (in a background process
 group of the terminal's session, a warning it writes must not stop it), and exits when the
 requests pipe closes or its parent process is gone (forked data loader workers may hold the pipe
 open) — then only once it has done every request the job sent before it died or gave the pipe up:
@@ -53,7 +55,7 @@ _helpers: list["Background"] = []  # this process's background process (none in 
 
 def main() -> None:
     faulthandler.enable()  # a native crash (sqlite, a driver) prints the stacks on the job's stderr
-    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGTTOU", None)):
+    for sig in (signal.SIGINT, signal.SIGTERM, *(getattr(signal, n, None) for n in ("SIGUSR1", "SIGUSR2", "SIGTTOU"))):
         if sig is not None:
             signal.signal(sig, signal.SIG_IGN)
     requests_fd, answers_fd, parent_arg, hurry = sys.argv[1:5]

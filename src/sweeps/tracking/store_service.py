@@ -25,7 +25,11 @@ Ctrl-C in the terminal does not reach it).
 
 A store process that dies (SIGKILL, a native crash) costs nothing logged: the call it was
 answering and every later one run in this process on a client of its own (importing mlflow
-then), the same calls on the same arguments — a call the process had done before it died is
+then) — except background calls, which a lowered thread would run at the lowest priority while
+holding the pipe's lock, so that the job's own calls would wait behind its import of mlflow for
+minutes on a busy machine: they raise :class:`BackgroundHeld` instead, and the run writer keeps
+their values for its next flush at normal priority (:mod:`sweeps.tracking.batches`) — the same
+calls on the same arguments — a call the process had done before it died is
 then done twice, harmless for all but ``create_run`` (MLflow's SQL store drops a metric value it
 holds already; params and tags are set to the same value). A signal's exception (Ctrl-C) while
 the job waits for an answer gives the pipe up the same way, so no later call reads that answer
@@ -56,6 +60,12 @@ HURRY_AFTER_S = 0.2  # s a call the job waits for waits for the pipe before the 
 # posts unanswered at once: their answers (a few dozen bytes each) never fill the answers pipe
 # (64 KiB), which would stop the store process reading requests while the job writes one
 MAX_POSTED = 64
+
+class BackgroundHeld(Exception):
+    """A background call (from a thread :func:`~sweeps.tracking.priority.lowered`) not made: the
+    store process is gone, and this process runs store calls only at normal priority (module
+    docstring). Nothing was sent; the caller keeps its work for a call at normal priority."""
+
 
 class StoreService:
     """One store process (see the module docstring): started at once, importing mlflow; told which
@@ -115,6 +125,7 @@ class StoreService:
         priority (module docstring); its result or its error.
 
         Raises:
+            BackgroundHeld: a lowered thread's call once the store process is gone (not made).
             pickle.PicklingError, TypeError, AttributeError: an argument that does not pickle
                 (nothing was sent; the process stays in use).
         """
@@ -129,6 +140,8 @@ class StoreService:
                     if answer[0] == "ok":
                         return answer[1]
                     raise remote_error(*answer[1:])
+            if low:
+                raise BackgroundHeld(f"{name}: the store's process is gone; left to a call at normal priority")
             return self._execute_here(request)
         finally:
             self._lock.release()
@@ -179,9 +192,12 @@ class StoreService:
 
     def _collect(self, keep: int = 0) -> None:
         """Read the answers of the posted calls, in order, until ``keep`` are left unanswered (the
-        lock held); a call whose answer the store process died before giving runs here."""
+        lock held); a call whose answer the store process died before giving runs here (by a
+        thread at normal priority: a lowered one gets :class:`BackgroundHeld`)."""
         while len(self._posted) > keep:
             what, request, on_error = self._posted[0]
+            if self._local is not None and priority.lowered():
+                raise BackgroundHeld("posted calls: the store's process is gone; left to a call at normal priority")
             if self._local is None:
                 try:
                     answer = self._in.recv()
@@ -251,11 +267,13 @@ class StoreService:
         return None
 
     def _died(self, why: str, wait: bool = True) -> None:
-        """Stop using the process (``why`` it is gone) and open the store here (now, or at the next
-        call where ``wait`` is False: a signal is on its way up)."""
+        """Stop using the process (``why`` it is gone) and open the store here: now, or at the next
+        call at normal priority where ``wait`` is False (a signal is on its way up) or the caller
+        is a lowered thread (module docstring)."""
         log.warning("MLflow: the store's process ended (%s); this process opens the store itself", why)
         self.close(wait)
-        self._local = _Later(self.uri, self.experiment) if not wait else _open_here(self.uri, self.experiment)
+        later = not wait or priority.lowered()
+        self._local = _Later(self.uri, self.experiment) if later else _open_here(self.uri, self.experiment)
 
     def close(self, wait: bool = True) -> None:
         """End the store process: it exits when its requests pipe closes (waited for up to 10 s

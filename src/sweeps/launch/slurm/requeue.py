@@ -14,6 +14,10 @@ which runs the job through :func:`run_job`), submitit's signal handlers are repl
   run by config hash and resumes it (``JobRun``): same run, ``resumed`` tag, every epoch once.
 - SIGTERM without a SIGUSR2 before it (scancel, or the hard time limit) — the run ends ``killed``
   like a Ctrl-C, and the job is not requeued (submitit itself would ignore SIGTERM).
+
+Slurm sends ``--signal`` to every process of the job step, not only the job's: the job's store
+process ignores it (:mod:`sweeps.tracking.store_process`), and so does every process forked from
+the job's while it runs (data loader workers), which SIGUSR2 would otherwise kill mid-epoch.
 """
 from __future__ import annotations
 
@@ -49,6 +53,21 @@ class _SlurmJob:
     grace_s: float = 60.0  # how long to wait for that epoch end (s)
     active: bool = False  # whether run_job is running a job in this process
     timer: threading.Timer | None = None
+
+
+def _forked_child_ignores_usr2() -> None:
+    """In a process forked from a job's while :func:`run_job` runs it (a data loader worker):
+    ignore SIGUSR2, which Slurm sends to every process of the step (module docstring)."""
+    if _SlurmJob.active:
+        _SlurmJob.active = False  # this process runs no job
+        try:
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        except ValueError:  # forked from a thread other than the main one: left as it was
+            pass
+
+
+if hasattr(os, "register_at_fork"):  # inert unless run_job is running a job in the forking process
+    os.register_at_fork(after_in_child=_forked_child_ignores_usr2)
 
 
 def tags() -> dict[str, str]:
