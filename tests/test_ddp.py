@@ -100,7 +100,7 @@ class _Watcher(threading.Thread):
 
     def __init__(self, cwd: Path, release: Path):
         super().__init__(daemon=True)
-        self.cwd, self.release, self.seen = cwd, release, {}
+        self.cwd, self.release, self.seen, self.ranks = cwd, release, {}, []
 
     def run(self) -> None:
         deadline, client = time.monotonic() + 90, None
@@ -117,7 +117,31 @@ class _Watcher(threading.Thread):
                            for line in p.read_text().splitlines()]
                 self.seen = {"status": client.get_run(run.info.run_id).info.status, "steps": steps,
                              "journal_epochs": [r["epoch"] for r in journal]}
+        # Slurm's time-limit warning reaches every process of a job step: the ranks go on
+        self.ranks = _ranks()
+        for pid in self.ranks:
+            os.kill(pid, signal.SIGUSR2)
         self.release.touch()
+
+
+def _ranks() -> list[int]:
+    """Process ids of this process's children that torch's launcher spawned (the ranks)."""
+    pids = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    ranks = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"spawn_main" in f.read():
+                    ranks.append(pid)
+        except FileNotFoundError:
+            pass
+    return ranks
 
 
 @pytest.mark.slow  # ~12 s: two rank processes start, and a one-process reference runs
@@ -134,6 +158,8 @@ def test_ddp_logs_each_epoch_as_it_ends_and_matches_one_process(tmp_path, monkey
     assert outcome == "ok" and run.data.tags["outcome"] == "ok"
     # while rank 0 was held in epoch 2, epoch 1 was already in the run and in the journal
     assert watcher.seen == {"status": "RUNNING", "steps": {1}, "journal_epochs": [1]}
+    if os.path.exists("/proc/self/task"):  # Linux: the ranks found through /proc
+        assert len(watcher.ranks) == 2  # each sent SIGUSR2 while rank 0 was held, and the job still ended ok
     m = run.data.metrics
     assert m["device.world_size"] == 2
     for key in ("train/loss", "test/loss"):  # both epochs: the ranks share every epoch's permutation

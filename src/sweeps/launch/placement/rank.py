@@ -17,6 +17,9 @@ sees the exit within its ``monitor_interval`` and sends the other ranks SIGTERM.
 SIGINT raise :class:`~sweeps.errors.Terminated` / KeyboardInterrupt, so ``finally`` blocks run and
 rank 0 flushes; a rank stuck where Python cannot run a handler (a CUDA sync waiting on NCCL for a
 dead peer) is ended by a watchdog :data:`GRACE_S` seconds after the signal, after a flush.
+A rank ignores SIGUSR2: in a Slurm job (``hydra/launcher=slurm``) Slurm's time-limit warning
+reaches every process of the step, and the job process acts on it, stopping the ranks through
+the agent (:mod:`sweeps.launch.slurm.requeue`); a rank killed by it would end the job ``error``.
 """
 from __future__ import annotations
 
@@ -143,6 +146,7 @@ def main(spec: RankSpec) -> None:
     _logging(spec, rank)
     signal.signal(signal.SIGTERM, signals.raise_terminated)  # the agent stops ranks with SIGTERM
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # Slurm's warning is the job process's (module docstring)
     watchdog = _Watchdog()
     try:
         cfg = OmegaConf.create(spec.cfg)
