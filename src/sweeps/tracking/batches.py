@@ -11,7 +11,7 @@ send is tried once, and the rest of a flush whose send failed is counted lost wi
 (every epoch is in the job's journal and records, which the job's end or a later start replays),
 so a tracking server that goes away costs a job's end about a minute, not MLflow's minutes of
 retries per batch (:mod:`sweeps.tracking.http_policy`). Once a job's store process is gone, the
-background thread sends nothing (:class:`~sweeps.tracking.store_service.BackgroundHeld`): its
+background thread sends nothing (:class:`~sweeps.tracking.store_client.BackgroundHeld`): its
 values wait for a flush at the caller's normal priority (the job's end, a resume's replay).
 """
 from __future__ import annotations
@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from sweeps.errors import brief
 from sweeps.tracking import entities, http_policy, priority
 from sweeps.tracking.cadence import Cadence
-from sweeps.tracking.store_service import HURRY_AFTER_S, BackgroundHeld
+from sweeps.tracking.store_client import BackgroundHeld
+from sweeps.tracking.store_service import HURRY_AFTER_S
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

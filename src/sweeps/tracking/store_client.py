@@ -16,6 +16,12 @@ class StoreError(Exception):
     """An exception raised by the store's process; the subclass is named like the original."""
 
 
+class BackgroundHeld(Exception):
+    """A background call (from a thread :func:`~sweeps.tracking.priority.lowered`) not made: the
+    store process is gone, and this process runs store calls at normal priority only
+    (:mod:`sweeps.tracking.store_service`). Nothing was sent; the caller keeps its work."""
+
+
 def remote_error(kind: str, text: str) -> StoreError:
     """A :class:`StoreError` subclass named ``kind`` (one class per name) carrying ``text``."""
     cls = _errors.get(kind) or _errors.setdefault(kind, type(kind, (StoreError,), {}))

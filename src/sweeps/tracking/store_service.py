@@ -7,10 +7,10 @@ VM). A command that runs jobs starts the store's process
 the config is valid (:mod:`sweeps.tracking.store_processes`); it imports mlflow and opens the
 store on the second core while the job imports torch and builds its data, and the job's process
 never imports mlflow: every store call — run creation, params, tags, the writer's metric
-batches, artifacts, resume, the summary — is a
-:class:`~sweeps.tracking.store_client.RemoteClient` method call (:meth:`StoreService.call`;
-:meth:`StoreService.post` where the job need not wait yet) pickled to it over a pipe and answered
-there by an :class:`mlflow.MlflowClient` (Weights & Biases' service process is the model).
+batches, artifacts, resume, the summary — is a :class:`~sweeps.tracking.store_client.RemoteClient`
+method call (:meth:`StoreService.call`; :meth:`StoreService.post` where the job need not wait
+yet) pickled to it over a pipe and answered there by an :class:`mlflow.MlflowClient` (Weights &
+Biases' service process is the model).
 MLflow's ingestion (~85 µs a value here) then runs off the training process's GIL.
 Each call is answered at its caller's priority: the run writer's background batches (its
 sending thread is lowered, :func:`sweeps.tracking.priority.lowered`) in the store process's
@@ -19,19 +19,18 @@ every call a job's thread waits for — run creation, params, artifacts, the las
 summary — on its main thread at normal priority, so a busy machine does not make the job's end
 wait for everyone (docs/benchmarks.md, "A job beside busy programs"). A call the job waits for
 that finds a background batch under way says HURRY (:meth:`StoreService.say_hurry`): that batch
-is then ended and answered at normal priority too ("A background batch the job waits for"). The process stays in the
-job's session (Linux's autogroup: it shares the job's group) in a process group of its own (a
-Ctrl-C in the terminal does not reach it).
+is then ended and answered at normal priority too ("A background batch the job waits for"). The
+process stays in the job's session (Linux's autogroup: it shares the job's group) in a process
+group of its own (a Ctrl-C in the terminal does not reach it).
 
 A store process that dies (SIGKILL, a native crash) costs nothing logged: the call it was
 answering and every later one run in this process on a client of its own (importing mlflow
-then) — except background calls, which a lowered thread would run at the lowest priority while
-holding the pipe's lock, so that the job's own calls would wait behind its import of mlflow for
-minutes on a busy machine: they raise :class:`BackgroundHeld` instead, and the run writer keeps
-their values for its next flush at normal priority (:mod:`sweeps.tracking.batches`) — the same
-calls on the same arguments — a call the process had done before it died is
+then), the same calls on the same arguments — a call the process had done before it died is
 then done twice, harmless for all but ``create_run`` (MLflow's SQL store drops a metric value it
-holds already; params and tags are set to the same value). A signal's exception (Ctrl-C) while
+holds already; params and tags are set to the same value). Not background calls: run here, they
+would hold the pipe's lock through mlflow's import at the lowest priority, the job's calls
+behind them; they raise :class:`~sweeps.tracking.store_client.BackgroundHeld`, and the writer
+keeps their values for its next flush (:mod:`sweeps.tracking.batches`). A signal's exception (Ctrl-C) while
 the job waits for an answer gives the pipe up the same way, so no later call reads that answer
 as its own. Errors raised there come back as :class:`~sweeps.tracking.store_client.StoreError` subclasses named like the
 original (``MlflowException``, ...) with its text.
@@ -51,7 +50,7 @@ from typing import Any, Callable
 
 from sweeps.errors import UsageError
 from sweeps.tracking import priority
-from sweeps.tracking.store_client import RemoteClient, execute, remote_error
+from sweeps.tracking.store_client import BackgroundHeld, RemoteClient, execute, remote_error
 
 log = logging.getLogger("sweeps")
 # a request's first byte, then its pickle: which thread of the store process answers it
@@ -60,12 +59,6 @@ HURRY_AFTER_S = 0.2  # s a call the job waits for waits for the pipe before the 
 # posts unanswered at once: their answers (a few dozen bytes each) never fill the answers pipe
 # (64 KiB), which would stop the store process reading requests while the job writes one
 MAX_POSTED = 64
-
-class BackgroundHeld(Exception):
-    """A background call (from a thread :func:`~sweeps.tracking.priority.lowered`) not made: the
-    store process is gone, and this process runs store calls only at normal priority (module
-    docstring). Nothing was sent; the caller keeps its work for a call at normal priority."""
-
 
 class StoreService:
     """One store process (see the module docstring): started at once, importing mlflow; told which
@@ -93,8 +86,7 @@ class StoreService:
         self._out, self._in = Connection(self._requests, readable=False), Connection(self._answers, writable=False)
 
     def open(self, uri: str, experiment: str) -> None:
-        """Have the process open the store at ``uri`` and experiment ``experiment`` (it answers
-        when done: :meth:`opened`)."""
+        """Have the process open the store at ``uri``, experiment ``experiment`` (see :meth:`opened`)."""
         self.uri, self.experiment = uri, experiment
         with self._lock:
             try:
@@ -103,8 +95,7 @@ class StoreService:
                 self._died(type(e).__name__)
 
     def opened(self) -> tuple[RemoteClient, str]:
-        """(client, experiment id) once the store process has opened the store (where it died
-        first, the client runs its calls here).
+        """(client, experiment id) once the store process has opened the store (or this one, where it died).
 
         Raises:
             UsageError: the store cannot be opened (the process's one line).
@@ -140,7 +131,7 @@ class StoreService:
                     if answer[0] == "ok":
                         return answer[1]
                     raise remote_error(*answer[1:])
-            if low:
+            if low:  # module docstring
                 raise BackgroundHeld(f"{name}: the store's process is gone; left to a call at normal priority")
             return self._execute_here(request)
         finally:
@@ -148,20 +139,16 @@ class StoreService:
 
     def post(self, what: str, kind: str, name: str, args: tuple, kwargs: dict,
              on_error: Callable[[], None] | None = None) -> None:
-        """:meth:`call` without waiting for it to be done: the request is sent and its answer read
-        before the next call's (or at :meth:`settle`, or
-        :func:`~sweeps.tracking.store_processes.stop`); a failure is then logged as a warning
-        naming ``what`` and ``on_error()`` called. For work at a job's end that the job need not
-        wait for yet (its last metric values: MLflow ingests them, ~1-2 s for a 10,000-epoch job,
-        while the job draws its figure and builds ``epochs.csv``, :meth:`RunWriter.send_later
-        <sweeps.tracking.batches.MetricBatches.send_later>`; a run's params, tags and texts, ~10 ms of
-        MLflow each, while the job builds its data or trains, :meth:`RunWriter.set_tags
-        <sweeps.tracking.writer.RunWriter.set_tags>`). Up to :data:`MAX_POSTED` posts wait for
-        their answers at once: a small request waits in the pipe (64 KiB) while the store process
-        answers the ones before it, a large one holds the caller until the store process reads it
-        (once it is done with those before). The store process answers every request it was sent
-        before it exits, even where this process died meanwhile (``store_process``).
-        Where the store process is gone, it runs here now. Never raises for the call's own failure.
+        """:meth:`call` without waiting for it: the answer is read before the next call's (or at
+        :meth:`settle`, or :func:`~sweeps.tracking.store_processes.stop`); a failure is then a
+        warning naming ``what``, and ``on_error()`` is called. For work the job need not wait for
+        yet: its last metric values at its end (:meth:`~sweeps.tracking.batches.MetricBatches.send_later`,
+        ~1-2 s of MLflow for 10,000 epochs, while it builds ``epochs.csv``), a run's params, tags and
+        texts (~10 ms each, :meth:`~sweeps.tracking.writer.RunWriter.set_tags`). Up to
+        :data:`MAX_POSTED` posts wait for their answers at once (a large request holds the caller
+        until the store process reads it). The store process answers every request it was sent
+        before it exits, even where this process died meanwhile; where it is gone, the call runs
+        here now. Never raises for the call's own failure.
 
         Raises:
             pickle.PicklingError, TypeError, AttributeError: an argument that does not pickle.
@@ -250,11 +237,10 @@ class StoreService:
 
     def _exchange(self, request: bytes | None) -> tuple | None:
         """Send ``request`` (its priority's byte, then its pickle; None: nothing) and read the
-        process's answer; None where it died (this
-        process then holds a client of its own). A signal's exception (Ctrl-C) raised between the
-        two may leave an answer unread or half-read, which the next call would take for its own:
-        so the pipe is given up (the process finishes its call and exits) and the exception goes
-        on; later calls run here."""
+        process's answer; None where it died (this process then holds a client of its own). A
+        signal's exception (Ctrl-C) between the two may leave an answer unread, which the next call
+        would take for its own: so the pipe is given up (the process finishes its call and exits),
+        the exception goes on, and later calls run here."""
         try:
             if request is not None:
                 self._out.send_bytes(request)
@@ -268,8 +254,7 @@ class StoreService:
 
     def _died(self, why: str, wait: bool = True) -> None:
         """Stop using the process (``why`` it is gone) and open the store here: now, or at the next
-        call at normal priority where ``wait`` is False (a signal is on its way up) or the caller
-        is a lowered thread (module docstring)."""
+        call where ``wait`` is False (a signal is on its way up) or the caller is a lowered thread."""
         log.warning("MLflow: the store's process ended (%s); this process opens the store itself", why)
         self.close(wait)
         later = not wait or priority.lowered()
@@ -277,9 +262,8 @@ class StoreService:
 
     def close(self, wait: bool = True) -> None:
         """End the store process: it exits when its requests pipe closes (waited for up to 10 s
-        where ``wait``); one never told a store (bad input ended the command) is killed, since it
-        holds no store, only the command's stdout and stderr, which a caller reading them to their
-        end would wait on. Idempotent."""
+        where ``wait``); one never told a store (bad input ended the command) is killed: it holds
+        only the command's stdout and stderr, which a caller reading them would wait on. Idempotent."""
         for conn in (self._out, self._in):
             try:
                 conn.close()
