@@ -181,6 +181,22 @@ def test_a_resumed_run_does_not_log_its_step_0_values_twice(tmp_path):
     assert history[names.FLOPS_PER_EXAMPLE] == [(0, 10.0)] and history["train/loss"] == [(1, 1.0), (2, 0.5)]
 
 
+def test_a_resumed_run_keeps_the_summary_its_killed_process_had_logged(tmp_path):
+    """A job's end posted its summary (step 0), then the process was killed before it closed the
+    run; the next start resumes the run, and the job's end logs no second point of any key."""
+    client, exp = _client(tmp_path)
+    first = RunWriter(client, exp, "job", None, {})
+    first.log_metrics({"train/loss": 1.0}, step=1)
+    first.log_summary({names.JOB_S: 1.0, names.TOTAL_S: 0.5})
+    first.close()  # sent; the run is left RUNNING, as by a SIGKILL (then marked killed)
+    again = RunWriter.attach(client, first.run_id)
+    again.log_summary({names.JOB_S: 2.0, names.TOTAL_S: 0.5, names.OVERHEAD_S: 0.1})
+    again.end("FINISHED")
+    history = {k: sorted((m.step, m.value) for m in client.get_metric_history(first.run_id, k))
+               for k in (names.JOB_S, names.TOTAL_S, names.OVERHEAD_S)}
+    assert history == {names.JOB_S: [(0, 1.0)], names.TOTAL_S: [(0, 0.5)], names.OVERHEAD_S: [(0, 0.1)]}
+
+
 def test_log_every_epochs_thins_the_run_series_and_epochs_csv_keeps_every_epoch(in_process, tiny, tmp_path):
     assert in_process([*tiny, "model=mlp", "epochs=11", "eval.every_epochs=5", "mlflow.log_every_epochs=4",
                        "telemetry.interval_s=0", "checkpoint.every_epochs=0"]) == "ok"

@@ -79,6 +79,13 @@ class MetricBatches:
                  if v is not None and not (step == 0 and self._summary.get(k) == float(v))]
         self._queue.extend(batch)  # list.extend is atomic under the GIL: no lock on the hot path
 
+    def log_summary(self, metrics: dict[str, float]) -> None:
+        """Queue a job's end-of-job ``metrics`` at step 0, each key once in the run: a resumed run
+        that holds one already keeps it — its earlier process posted its summary, then was killed
+        before it closed the run (the resumed job's ``time/job_s`` would differ, a second point at
+        step 0)."""
+        self.log_metrics({k: v for k, v in metrics.items() if k not in self._summary})
+
     def log_series(self, key: str, values: list[float]) -> None:
         """Queue ``values`` as the steps 1..N of metric ``key``."""
         ts = now_ms()

@@ -69,7 +69,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         if oom_peak_mb is not None:  # an OOM's peak is higher than any finished epoch's
             metrics[names.PEAK_MB] = max(oom_peak_mb, metrics.get(names.PEAK_MB, 0.0))
         logged.update({**metrics, **overhead(job, records)})
-        job.writer.log_metrics(logged)
+        job.writer.log_summary(logged)
 
     texts: dict[str, str] = {}  # artifact name → text, built before any store call
     png: list[bytes] = []
@@ -94,7 +94,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         if final:
             values = tel.summary(sum(r.get("samples", 0) for r in records))
             logged.update(values)
-            job.writer.log_metrics(values)
+            job.writer.log_summary(values)
         job.writer.queue_tags(tel.tags())
         if "telemetry.csv" in texts:
             job.writer.log_text(texts["telemetry.csv"], "telemetry.csv")
