@@ -48,6 +48,17 @@ def runs(cwd: Path, experiment: str = "sweeps") -> list:
     return client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
 
 
+def table_block(text: str, heading: str) -> list[str]:
+    """The lines of the first Markdown table under ``## heading`` in a report's text."""
+    after = text.split(f"## {heading}\n", 1)[1]
+    return [line for line in after.split("\n## ", 1)[0].splitlines() if line.startswith("|")]
+
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    """That table's body rows, each a list of stripped cells."""
+    return [[c.strip() for c in line.strip("|").split("|")] for line in table_block(text, heading)[2:]]
+
+
 @pytest.fixture
 def tiny(tmp_path) -> list[str]:
     """Overrides for a tiny, fast CPU job on synthetic 1×8×8 images."""

@@ -1,5 +1,5 @@
-"""The study presets: each expands (by Hydra's own sweeper logic) to the study's job list, and
-the smoke preset runs end to end (``-m slow``)."""
+"""The study presets: each expands (by Hydra's own sweeper logic) to the study's job list (the smoke
+preset runs end to end in tests/test_readme_quickstart.py, as the README's quick start)."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,6 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from conftest import run_cli, runs
 from sweeps import config
 
 config.register()
@@ -55,17 +54,3 @@ def test_timing_methods_is_resnet50_inference_at_batch_128():
         cfg = compose("config", overrides=["+experiment=timing_methods"])
     assert cfg.task == "inference" and cfg.batch == 128 and cfg.model._target_.endswith("resnet50")
     assert list(cfg.dataset.shape) == [3, 224, 224]
-
-
-@pytest.mark.slow  # the install check, every model and dataset family: ~40 s here
-def test_smoke_preset_runs_every_family(tmp_path):
-    proc = run_cli(["-m", "+experiment=smoke"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = {r.data.tags["sweeps.overrides"]: r for r in runs(tmp_path, "smoke") if "mlflow.parentRunId" in r.data.tags}
-    assert len(jobs) == 8
-    outcomes = {name: r.data.tags["outcome"] for name, r in jobs.items()}
-    # offline: the torchvision sets without files are skipped as unavailable, everything else trains
-    assert outcomes.pop("+case=mlp_cifar10") in ("ok", "unavailable")
-    assert outcomes.pop("+case=mlp_mnist") in ("ok", "unavailable")
-    assert set(outcomes.values()) == {"ok"}
-    assert "test/final_rmse" in jobs["+case=mlp_tabular_diabetes"].data.metrics

@@ -2,8 +2,9 @@
 from the README's own block, in a fresh folder; what they print has the shape of the README's
 sample (the header, one [k/N] line per job, the summary's columns, the next commands, the
 report's table). The default suite runs the same commands in this process with the sweep narrowed
-to three of the preset's eight cases (a classifier, a regressor, one whose data is missing); the slow test runs
-all eight in a real interpreter."""
+to three of the preset's eight cases (a classifier, a regressor, one whose data is missing); the
+slow tests run all eight once, in a real interpreter, and read that sweep three ways: its
+console, its jobs' outcomes in the store, its report's table."""
 import contextlib
 import io
 import os
@@ -14,7 +15,8 @@ import sys
 
 import pytest
 
-from conftest import REPO, cli_in_process
+from conftest import REPO, cli_in_process, runs, table_block, table_rows
+from sweeps import names
 
 SECTION = "## Quick start on a CPU"
 THREE_CASES = "+case=mlp_imagefolder,mlp_tabular_diabetes,mlp_cifar10"  # the command line wins over the preset's list
@@ -82,12 +84,65 @@ def _run(command: str, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *argv[1:]], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
-@pytest.mark.slow  # the smoke preset's 8 jobs, ResNet-50 among them: 2-4 min on 2 busy cores
-def test_the_quick_start_runs_as_written_and_prints_what_the_readme_shows(tmp_path):
+@pytest.fixture(scope="module")
+def quick_start(tmp_path_factory):
+    """The quick start run once as written, in a fresh folder: the sweep (the smoke preset's 8
+    jobs, ResNet-50 among them: 1-4 min on 2 busy cores), then the report when the sweep ended 0;
+    (folder, sweep, report or None, the README's sample lines). The slow tests below read it."""
     commands, sample = _quick_start()
-    sweep = _run(commands[0], tmp_path)
+    cwd = tmp_path_factory.mktemp("quick_start")
+    sweep = _run(commands[0], cwd)
+    report = _run(commands[1], cwd) if sweep.returncode == 0 else None
+    return cwd, sweep, report, sample
+
+
+@pytest.mark.slow
+def test_the_quick_start_runs_as_written_and_prints_what_the_readme_shows(quick_start):
+    cwd, sweep, report, sample = quick_start
     assert sweep.returncode == 0, sweep.stderr[-3000:]
-    _check_sweep(sweep.stdout + sweep.stderr, sample, 8, tmp_path)
-    report = _run(commands[1], tmp_path)
+    _check_sweep(sweep.stdout + sweep.stderr, sample, 8, cwd)
     assert report.returncode == 0, report.stderr[-3000:]
     _check_report(report.stdout + report.stderr, sample)
+
+
+@pytest.mark.slow
+def test_the_smoke_preset_trains_every_model_and_dataset_family(quick_start):
+    """The install check: every family trains; offline, the torchvision sets without files are
+    skipped as unavailable (one line each), never an error."""
+    cwd, sweep, _, _ = quick_start
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    jobs = {r.data.tags[names.OVERRIDES_TAG]: r for r in runs(cwd, "smoke") if names.PARENT_RUN_TAG in r.data.tags}
+    assert len(jobs) == 8
+    outcomes = {name: r.data.tags[names.OUTCOME_TAG] for name, r in jobs.items()}
+    assert outcomes.pop("+case=mlp_cifar10") in ("ok", "unavailable")
+    assert outcomes.pop("+case=mlp_mnist") in ("ok", "unavailable")
+    assert set(outcomes.values()) == {"ok"}
+    assert names.FINAL_RMSE in jobs["+case=mlp_tabular_diabetes"].data.metrics
+
+
+@pytest.mark.slow
+def test_the_smoke_presets_report_shows_each_jobs_own_quality_lr_and_reason(quick_start):
+    """The smoke preset mixes classification and regression jobs and, offline, unavailable ones:
+    the report's one table shows accuracy for the first, RMSE for the second, each job's lr as
+    logged, and every unavailable job's reason in full under the table."""
+    cwd, _, report, _ = quick_start
+    assert report is not None and report.returncode == 0, (report or _).stderr[-3000:]
+    path = re.search(r"^report: (reports/[0-9a-f]{12}/report\.md)$", report.stdout + report.stderr, re.M)
+    text = (cwd / path.group(1)).read_text()
+    header = [c.strip() for c in table_block(text, "Training jobs")[0].strip("|").split("|")]
+    rows = {r[0]: dict(zip(header, r)) for r in table_rows(text, "Training jobs")}
+    below = " ".join(text.split("## Training jobs\n", 1)[1].split("\n## ", 1)[0].split())
+    kinds = set()
+    for run in [r for r in runs(cwd, "smoke") if names.PARENT_RUN_TAG in r.data.tags]:
+        row, m = rows[run.data.tags[names.OVERRIDES_TAG].lstrip("+")], run.data.metrics
+        if run.data.tags[names.OUTCOME_TAG] == "ok":
+            assert row["lr"] == f"{m[names.LR]:.4g}" and row["process RSS MB"] == f"{m[names.PEAK_MB]:.0f}"
+            kind = "accuracy" if names.FINAL_ACC in m else "RMSE"
+            assert (row["accuracy"], row["RMSE"]) == ((f"{m[names.FINAL_ACC]:.4f}", "") if kind == "accuracy"
+                                                       else ("", f"{m[names.FINAL_RMSE]:.2f}"))
+        else:
+            kind = run.data.tags[names.OUTCOME_TAG]
+            mark = re.fullmatch(r"UNAVAILABLE \[(\d)\]", row["first epoch [s]"])
+            assert mark and f"[{mark[1]}] {run.data.tags[names.ERROR_TAG]}" in below
+        kinds.add(kind)
+    assert kinds == {"accuracy", "RMSE", "unavailable"}  # cifar10 and mnist: no files under ./data here

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import TEST_CONF, cli_in_process, runs, store
+from conftest import TEST_CONF, cli_in_process, runs, store, table_block, table_rows
 from sweeps.report import __main__ as report
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -24,30 +24,20 @@ def batch_sweep(tmp_path_factory):
     return cwd, out, (out / "report.md").read_text()
 
 
-def _block(text: str, heading: str) -> list[str]:
-    """The lines of the first table under ``## heading``."""
-    after = text.split(f"## {heading}\n", 1)[1]
-    return [line for line in after.split("\n## ", 1)[0].splitlines() if line.startswith("|")]
-
-
-def _table_after(text: str, heading: str) -> list[list[str]]:
-    return [[c.strip() for c in line.strip("|").split("|")] for line in _block(text, heading)[2:]]
-
-
 def test_reference_tables_per_model_sorted_by_numeric_batch(batch_sweep):
     _, _, text = batch_sweep
-    mlp = _table_after(text, "model=mlp")
+    mlp = table_rows(text, "model=mlp")
     assert [r[0] for r in mlp] == ["16", "128"]
     assert mlp[0][1] == "1/1" and re.fullmatch(r"0:00:\d\d", mlp[0][5]) and 0 <= float(mlp[0][6]) <= 1
     assert float(mlp[0][2]) > 0 and float(mlp[0][8]) >= 0  # the effective lr, overhead [s]
-    header = _block(text, "model=mlp")[0]
+    header = table_block(text, "model=mlp")[0]
     assert header == ("| batch | runs | lr | first epoch [s] | median epoch from 2 [s] | total time | accuracy "
                       "| process RSS MB | overhead [s] | note |")
 
 
 def test_oom_rows_say_oom(batch_sweep):
     _, _, text = batch_sweep
-    oom = _table_after(text, "model=oom_above")
+    oom = table_rows(text, "model=oom_above")
     assert [r[0] for r in oom] == ["16", "128"]
     assert oom[0][3] != "OOM" and oom[1][3] == "OOM [1]" and oom[1][1] == "0/1"
     assert "\n\n[1] " in text.split("## model=oom_above", 1)[1].split("\n## ", 1)[0]  # its reason, under the table
@@ -82,8 +72,8 @@ def test_device_comparison_and_inference_timing(tmp_path):
     out = tmp_path / "out"
     assert report.main(["--tracking-uri", store(tmp_path).tracking_uri, "--out", str(out)]) == 0
     text = (out / "report.md").read_text()
-    rows = _table_after(text, "Comparison over device")
-    header = _block(text, "Comparison over device")[0]
+    rows = table_rows(text, "Comparison over device")
+    header = table_block(text, "Comparison over device")[0]
     assert header == "| job | device=cpu | device=cuda | speedup cuda |"
     by_job = {r[0]: r for r in rows}
     assert set(by_job) == {"timing.mode=naive", "timing.mode=events"}
@@ -94,7 +84,7 @@ def test_device_comparison_and_inference_timing(tmp_path):
         assert "\n\n[1] device=cuda but no CUDA device is visible here" in below  # the reason, once
         assert "[2]" not in below
     assert "## Training jobs" not in text  # an inference job that never ran is no training job
-    inf = _table_after(text, "Inference timing")
+    inf = table_rows(text, "Inference timing")
     assert len(inf) == 4
     assert (out / "inference_timing.png").read_bytes().startswith(PNG)
 
@@ -128,7 +118,7 @@ def test_repeats_are_one_row_with_the_median_and_its_spread(tmp_path):
     out = tmp_path / "out"
     assert report.main(["--tracking-uri", store(tmp_path).tracking_uri, "--out", str(out)]) == 0
     text = (out / "report.md").read_text()
-    (row,) = _table_after(text, "all")  # repeat is not a group of its own: one row for batch 32
+    (row,) = table_rows(text, "all")  # repeat is not a group of its own: one row for batch 32
     assert row[0] == "32" and row[1] == "3/3"
     assert re.fullmatch(r"[\d.]+ \[[\d.]+, [\d.]+\]", row[4])  # median epoch: median [min, max]
 
@@ -201,10 +191,10 @@ def test_a_mixed_table_shows_each_jobs_quality_memory_lr_and_reason(tmp_path):
     ])
     assert report.main(["--tracking-uri", uri, "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "report.md").read_text()
-    assert _block(text, "Training jobs")[0] == (
+    assert table_block(text, "Training jobs")[0] == (
         "| job | batch | runs | lr | first epoch [s] | median epoch from 2 [s] | total time | accuracy | RMSE "
         "| GPU peak allocated MB | process RSS MB | overhead [s] | note |")
-    rows = {r[0]: r[1:] for r in _table_after(text, "Training jobs")}
+    rows = {r[0]: r[1:] for r in table_rows(text, "Training jobs")}
     assert list(rows) == ["case=cnn", "case=tabular", "case=cnn_gpu", "case=mnist", "case=cifar", "case=mnist_again"]
     # lr, accuracy, RMSE, GPU peak allocated MB, process RSS MB
     pick = lambda r: (r[2], r[6], r[7], r[8], r[9])  # noqa: E731
@@ -217,39 +207,6 @@ def test_a_mixed_table_shows_each_jobs_quality_memory_lr_and_reason(tmp_path):
     joined = " ".join(below.split())  # a line break only ever stands where a space was
     assert joined.startswith(f"{MNIST_REASON} [2] {CIFAR_REASON}")
     assert all(len(line) <= 100 or LONG_PATH in line for line in below.splitlines())
-
-
-@pytest.mark.slow  # the smoke preset's 8 jobs, ResNet-50 among them: 2-4 min on 2 busy cores
-def test_the_smoke_presets_report_shows_each_jobs_own_quality_lr_and_reason(tmp_path):
-    """The smoke preset mixes classification and regression jobs and, offline, unavailable ones:
-    its one table shows accuracy for the first, RMSE for the second, each job's lr as logged, and
-    every unavailable job's reason in full under the table."""
-    from sweeps import names
-
-    proc = cli_in_process(["-m", "+experiment=smoke"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = tmp_path / "out"
-    uri = store(tmp_path).tracking_uri
-    assert report.main(["--tracking-uri", uri, "--experiment", "smoke", "--out", str(out)]) == 0
-    text = (out / "report.md").read_text()
-    header = [c.strip() for c in _block(text, "Training jobs")[0].strip("|").split("|")]
-    rows = {r[0]: dict(zip(header, r)) for r in _table_after(text, "Training jobs")}
-    below = " ".join(text.split("## Training jobs\n", 1)[1].split("\n## ", 1)[0].split())
-    jobs = [r for r in runs(tmp_path, "smoke") if names.PARENT_RUN_TAG in r.data.tags]
-    kinds = set()
-    for run in jobs:
-        row, m = rows[run.data.tags[names.OVERRIDES_TAG].lstrip("+")], run.data.metrics
-        if run.data.tags[names.OUTCOME_TAG] == "ok":
-            assert row["lr"] == f"{m[names.LR]:.4g}" and row["process RSS MB"] == f"{m[names.PEAK_MB]:.0f}"
-            kind = "accuracy" if names.FINAL_ACC in m else "RMSE"
-            assert (row["accuracy"], row["RMSE"]) == ((f"{m[names.FINAL_ACC]:.4f}", "") if kind == "accuracy"
-                                                       else ("", f"{m[names.FINAL_RMSE]:.2f}"))
-        else:
-            kind = run.data.tags[names.OUTCOME_TAG]
-            mark = re.fullmatch(r"UNAVAILABLE \[(\d)\]", row["first epoch [s]"])
-            assert mark and f"[{mark[1]}] {run.data.tags[names.ERROR_TAG]}" in below
-        kinds.add(kind)
-    assert kinds == {"accuracy", "RMSE", "unavailable"}  # cifar10 and mnist: no files under ./data here
 
 
 def test_the_verdict_opens_the_report_and_is_on_the_parent_run(batch_sweep):

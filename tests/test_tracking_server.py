@@ -69,35 +69,44 @@ def _stop_server(server: subprocess.Popen) -> None:
         time.sleep(1)  # the group's other members end after its leader
 
 
-@pytest.mark.slow  # server start-up plus a 2-job sweep: ~45 s here
-def test_sweep_logs_to_a_tracking_server_over_http(tmp_path):
+@pytest.fixture(scope="module")
+def wal_server(tmp_path_factory):
+    """One ``mlflow server`` for the module's tests that need a plain one, on an sqlite file put in
+    WAL mode by docs/devices.md's own step (this Python) before its first start; (uri, db file).
+    Each test logs to an experiment of its own; none stops it (a server that goes away is a proxy's
+    ``down()``)."""
     readme_step = WAL_COMMAND.format(db="/srv/mlflow/mlflow.db")
     assert readme_step in (REPO / "docs" / "devices.md").read_text(), f"docs/devices.md no longer says {readme_step!r}"
+    tmp_path = tmp_path_factory.mktemp("server")
     db = tmp_path / "server.db"
     argv = shlex.split(WAL_COMMAND.format(db=db))
-    subprocess.run([sys.executable, *argv[1:]], check=True, timeout=60)  # the docs' step, this Python
+    subprocess.run([sys.executable, *argv[1:]], check=True, timeout=60)
     server, uri = _start_server(tmp_path)
-    try:
-        job_dir = tmp_path / "jobs"
-        job_dir.mkdir()
-        proc = run_cli(["-m", "model=mlp", "batch=16,32", "dataset=synthetic", "dataset.shape=[1,8,8]",
-                        "dataset.train_size=64", "dataset.test_size=16", "epochs=1", "device=cpu",
-                        "telemetry.interval_s=0", f"mlflow.tracking_uri={uri}", "mlflow.experiment=shared",
-                        TEST_CONF], job_dir, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert not (job_dir / "mlruns").exists()  # nothing went to a local store
-        client = MlflowClient(uri)
-        exp = client.get_experiment_by_name("shared")
-        found = client.search_runs([exp.experiment_id])
-        children = [r for r in found if "mlflow.parentRunId" in r.data.tags]
-        assert len(found) == 3 and len(children) == 2
-        assert all(r.data.tags["outcome"] == "ok" and "test/final_acc" in r.data.metrics for r in children)
-        assert "config.yaml" in [a.path for a in client.list_artifacts(children[0].info.run_id)]
-    finally:
-        _stop_server(server)
+    yield uri, db
+    _stop_server(server)
+
+
+@pytest.mark.slow  # a 2-job sweep through the shared server: ~20 s here
+def test_sweep_logs_to_a_tracking_server_over_http(tmp_path, wal_server):
+    uri, db = wal_server
+    job_dir = tmp_path / "jobs"
+    job_dir.mkdir()
+    proc = run_cli(["-m", "model=mlp", "batch=16,32", "dataset=synthetic", "dataset.shape=[1,8,8]",
+                    "dataset.train_size=64", "dataset.test_size=16", "epochs=1", "device=cpu",
+                    "telemetry.interval_s=0", f"mlflow.tracking_uri={uri}", "mlflow.experiment=shared",
+                    TEST_CONF], job_dir, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (job_dir / "mlruns").exists()  # nothing went to a local store
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("shared")
+    found = client.search_runs([exp.experiment_id])
+    children = [r for r in found if "mlflow.parentRunId" in r.data.tags]
+    assert len(found) == 3 and len(children) == 2
+    assert all(r.data.tags["outcome"] == "ok" and "test/final_acc" in r.data.metrics for r in children)
+    assert "config.yaml" in [a.path for a in client.list_artifacts(children[0].info.run_id)]
     with sqlite3.connect(db) as conn:  # MLflow created its schema in the file and left it in WAL mode
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert conn.execute("SELECT COUNT(*) FROM runs").fetchone() == (3,)
+        assert conn.execute("SELECT COUNT(*) FROM runs WHERE experiment_id = ?", (exp.experiment_id,)).fetchone() == (3,)
     conn.close()
 
 
@@ -161,7 +170,7 @@ class _Proxy:
 
 
 @pytest.mark.slow  # server start-up plus ~30-60 s of logging through a slowed, then dropped, connection
-def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_backs_off(tmp_path, monkeypatch):
+def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_backs_off(wal_server, monkeypatch):
     """The writer's beat follows the server: sends that take over 0.5 s stretch it well past the
     quick 2 s (fewer, larger batches), a server that drops every connection for a while is waited
     out, and every value of every epoch reaches the store exactly once."""
@@ -169,7 +178,7 @@ def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_back
     from sweeps.tracking.writer import RunWriter
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the writer's own retries, not urllib3's
-    server, uri = _start_server(tmp_path)
+    uri, _ = wal_server
     proxy = _Proxy(uri)
     try:
         client = MlflowClient(proxy.uri)
@@ -207,16 +216,16 @@ def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_back
             assert sorted(steps) == list(range(1, epoch + 1)), (key, len(steps), epoch)
     finally:
         proxy.close()
-        _stop_server(server)
 
 
 @pytest.mark.slow  # server start-up, a job whose server goes away, its bounded end, a second start: ~2-3 min
-def test_a_server_that_goes_away_mid_job_holds_its_end_minutes_not_hours_and_the_next_start_closes_the_run(tmp_path):
+def test_a_server_that_goes_away_mid_job_holds_its_end_minutes_not_hours_and_the_next_start_closes_the_run(
+        tmp_path, wal_server):
     """The tracking server stops answering while a job trains (MLflow's default retries would hold
     the job's end ~4 min per call, ~30 min per batch): the job still ends, its run's folder keeps
     the journal and the outcome; once the server is back, the next start of the same command sends
     the epochs the run lacks, each once, closes the run as the job ended (ok) and skips the job."""
-    server, uri = _start_server(tmp_path)
+    uri, _ = wal_server
     proxy = _Proxy(uri)
     try:
         job_dir = tmp_path / "jobs"
@@ -266,4 +275,3 @@ def test_a_server_that_goes_away_mid_job_holds_its_end_minutes_not_hours_and_the
         assert not folder.exists()
     finally:
         proxy.close()
-        _stop_server(server)
