@@ -16,6 +16,7 @@ from sweeps.launch.process import signals
 from sweeps.state import current
 from sweeps.tracking.epochs import EpochLog
 from sweeps.train import checkpoint
+from sweeps.train.builder import COMPILE_BACKEND_ENV
 from sweeps.train.loop import Trainer
 
 TINY = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=64",
@@ -182,10 +183,17 @@ def test_non_finite_loss_ends_the_job_diverged(tmp_path, in_process):
     assert run.data.tags["outcome"] == "diverged" and "learning rate" in run.data.tags["error"]
 
 
-def test_resume_from_an_older_checkpoint_never_logs_a_step_twice(tmp_path, in_process, monkeypatch):
-    calls, train_epoch = iter(range(100)), Trainer.train_epoch
-    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda *a, **k: next(calls) == 4)
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)],  # two compilations: ~5 s
+                         ids=["eager", "compile"])
+def test_resume_from_an_older_checkpoint_never_logs_a_step_twice(tmp_path, in_process, monkeypatch, compiled):
+    """A killed job resumed from an older checkpoint logs each epoch and each summary once; with
+    compile=true each part compiles, and the run keeps one time/compile_s (the first part's)."""
+    train_epoch = Trainer.train_epoch
+    _signal_on(monkeypatch, Trainer, "train_epoch", signal.SIGINT, when=lambda self, loader, desc, **k: desc == "epoch 5/6")
     overrides = [*[o for o in TINY if not o.startswith("epochs")], "epochs=6", "checkpoint.keep=5"]
+    if compiled:  # aot_eager: a real compilation without a C compiler (inductor's CPU code needs one)
+        monkeypatch.setenv(COMPILE_BACKEND_ENV, "aot_eager")
+        overrides.append("compile=true")
     with pytest.raises(KeyboardInterrupt):
         in_process(overrides)  # epochs 1-4 logged and checkpointed, killed in epoch 5
     files = sorted((tmp_path / "checkpoints").rglob("epoch_*.pt"))
@@ -201,6 +209,8 @@ def test_resume_from_an_older_checkpoint_never_logs_a_step_twice(tmp_path, in_pr
     for key in run.data.metrics:  # the summaries too (step 0): logged once, when the job really ended
         steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, key)]
         assert len(steps) == len(set(steps)), (key, steps)
+    if compiled:
+        assert run.data.tags["compiled"] == "true" and run.data.metrics["time/compile_s"] > 0
 
 
 def test_a_storm_of_signals_while_closing_is_noted_never_raised(tmp_path, in_process, monkeypatch):
