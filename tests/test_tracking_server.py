@@ -275,3 +275,25 @@ def test_a_server_that_goes_away_mid_job_holds_its_end_minutes_not_hours_and_the
         assert not folder.exists()
     finally:
         proxy.close()
+
+
+def test_sweeps_turns_mlflows_telemetry_off_unless_the_user_set_it(monkeypatch):
+    """Offline, MLflow's telemetry thread removes a variable from os.environ while requests reads
+    os.environ for an HTTP call to the server, and the call fails (KeyError). sweeps sets
+    MLFLOW_DISABLE_TELEMETRY=true when the package is imported; a user's own setting stands."""
+    import importlib
+
+    import sweeps
+    from mlflow.telemetry import utils
+
+    # as on a user's machine: pytest's own variables (PYTEST_CURRENT_TEST) turn telemetry off here
+    monkeypatch.setattr(utils, "_IS_IN_CI_ENV_OR_TESTING", False)
+    monkeypatch.setattr(utils, "_IS_MLFLOW_DEV_VERSION", False)
+    monkeypatch.delenv("DO_NOT_TRACK", raising=False)
+    monkeypatch.delenv("MLFLOW_DISABLE_TELEMETRY", raising=False)
+    assert not utils.is_telemetry_disabled()
+    importlib.reload(sweeps)
+    assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "true" and utils.is_telemetry_disabled()
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "false")  # the user wants it on
+    importlib.reload(sweeps)
+    assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "false" and not utils.is_telemetry_disabled()

@@ -7,8 +7,18 @@ one row per model × dataset × device (:mod:`sweeps.api`). They are imported on
 ``import sweeps`` loads neither torch nor MLflow.
 """
 
+import os
+
 __version__ = "0.1.0"
 __all__ = ["run", "results", "verdict"]
+
+# MLflow's usage telemetry off in sweeps' processes unless the user set it (MLFLOW_DISABLE_TELEMETRY=false
+# turns it back on), before any of them imports mlflow. Why: where its config cannot be fetched (no
+# internet, as on most cluster nodes) MLflow 3.x's telemetry thread removes _MLFLOW_TELEMETRY_SESSION_ID
+# from os.environ while requests iterates os.environ for proxies, and that HTTP call to a tracking
+# server fails with KeyError('_MLFLOW_TELEMETRY_SESSION_ID') (scripts/chaos.py, seed 2911, fault 141:
+# the sweep could not open its parent run). A timing tool also wants no network thread of its own.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
 def __getattr__(name: str):
