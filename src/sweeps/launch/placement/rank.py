@@ -77,7 +77,7 @@ class _Silent:
         pass
 
     set_tags = queue_tags = log_params = log_text = log_bytes = post = log_metrics
-    send_later = log_series = append = close = flush = log_metrics
+    send_later = log_series = log_summary = append = close = flush = log_metrics
 
     def due(self, epoch: int) -> bool:
         return False
