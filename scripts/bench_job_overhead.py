@@ -27,9 +27,10 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
   10-16-32-16-1 regressor on scikit-learn's diabetes rows, 354 for training, ~1-ms epochs) against
   a hand loop on the same tensors (``sweeps.data.builtin.diabetes``): Adam 0.01, full batch,
   ``loss.item()`` each epoch, no evaluation. Marginal cost per epoch and flatness as study 5's.
-  Target ≤ 1.25×. Beside it, a hand loop that also evaluates each epoch as the job does (the test
-  loss of the 88 test rows under ``torch.no_grad()``): its ratio to the first is what the
-  evaluation itself costs, the job's ratio to it what sweeps' bookkeeping costs.
+  Target ≤ 1.25×. Beside it, the job written by hand: a hand loop that also evaluates each epoch as
+  the job does (the test loss of the 88 test rows under ``torch.no_grad()``) and steps the job's
+  Adam implementation (fused on a CPU): its ratio to the first is what the job does differently,
+  the job's ratio to it what sweeps' bookkeeping costs.
 - study 4 (``+experiment=mnist_devices device=cpu``: MLP 784-1000-1000-10, batch 100, Adam): the
   MNIST test split the repo holds, examples/data (10,000 real digits, used as both splits: the
   training split is not on this machine) — median epoch vs a bare loop over the same tensors (target ≤ 1.05×),
@@ -42,7 +43,10 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
 loops' tensors and model on the GPU, their clocks read after ``torch.cuda.synchronize()`` (CUDA
 runs asynchronously: the clock waits for the work, as the job's epoch clock does), after one
 unmeasured warm-up run of each hand loop in this process (CUDA context, cuBLAS handles, kernels).
-``--mnist-raw`` points at another copy of the MNIST t10k files.
+``--mnist-raw`` points at another copy of the MNIST t10k files. The hand loops step
+``torch.optim.Adam(params, lr)`` as a user writes it (torch's default implementation: a loop over
+the parameters on a CPU, foreach on CUDA); a job at ``optimizer.impl=auto`` steps the fused one.
+``--hand-optimizer job`` gives the hand loops the job's implementation, for sweeps' own cost alone.
 """
 from __future__ import annotations
 
@@ -67,6 +71,14 @@ from sweeps.provenance.machine import fingerprint
 REPO = Path(__file__).resolve().parents[1]
 MNIST_RAW = REPO / "examples" / "data" / "mnist-t10k" / "raw"
 DEVICE = torch.device("cpu")  # --device: where the jobs and the hand loops run
+HAND_ADAM: dict = {}  # --hand-optimizer: the hand loops' Adam implementation (plain: torch's default)
+
+
+def job_adam() -> dict:
+    """The Adam implementation a job at ``optimizer.impl=auto`` gets on ``DEVICE`` (fused on CPU and CUDA)."""
+    from sweeps.train.optim import optimizer_kwargs
+
+    return optimizer_kwargs("auto", DEVICE)
 ENV = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SWEEPS_", "HYDRA_"))}
 
 
@@ -122,7 +134,7 @@ def _hand_loop_study5(epochs: int, eval_every: int) -> float:
     xtr, ytr, xte, yte = x[:1000], y[:1000], x[1000:], y[1000:]
     torch.manual_seed(0)
     model = MLP((13,), 1, hidden=[16, 32, 16]).to(DEVICE)
-    opt, loss_fn = torch.optim.Adam(model.parameters(), lr=0.01), torch.nn.MSELoss()
+    opt, loss_fn = torch.optim.Adam(model.parameters(), lr=0.01, **HAND_ADAM), torch.nn.MSELoss()
     synchronize()
     t0 = time.perf_counter()
     for epoch in range(1, epochs + 1):
@@ -151,13 +163,14 @@ def default_args() -> list[str]:
     return ["+experiment=diabetes", "batch=full"]
 
 
-def hand_loop_default(epochs: int, eval_every: int, threads: int, evaluate: bool = False) -> float:
+def hand_loop_default(epochs: int, eval_every: int, threads: int, as_the_job: bool = False) -> float:
     """Seconds for ``epochs`` epochs of the diabetes job written by hand (the same tensors, model,
     optimizer; ``loss.item()`` each epoch as a hand loop prints or keeps it; no evaluation, whatever
-    ``eval_every``), with ``threads`` torch threads. ``evaluate``: also the test loss every
+    ``eval_every``), with ``threads`` torch threads. ``as_the_job``: also the test loss every
     ``eval_every``-th epoch, as a hand loop writes it (``model.eval()``, ``torch.no_grad()``, the
-    MSE of the 88 test rows, ``.item()``, ``model.train()``) — the job's evaluation without its
-    bookkeeping, so the two ratios part the evaluation's own cost from sweeps'."""
+    MSE of the 88 test rows, ``.item()``, ``model.train()``), and the job's Adam implementation
+    (:func:`job_adam`) — the job without its bookkeeping, so the two ratios part what the job does
+    differently (evaluation, optimizer kernel) from what sweeps' bookkeeping costs."""
     from sweeps.data.builtin import diabetes
 
     before = torch.get_num_threads()
@@ -167,7 +180,8 @@ def hand_loop_default(epochs: int, eval_every: int, threads: int, evaluate: bool
         (x, y), (x_test, y_test) = train.tensors, test.tensors
         torch.manual_seed(0)
         model = MLP(spec.in_shape, 1, hidden=[16, 32, 16])
-        opt, loss_fn = torch.optim.Adam(model.parameters(), lr=0.01), torch.nn.MSELoss()
+        opt = torch.optim.Adam(model.parameters(), lr=0.01, **(job_adam() if as_the_job else HAND_ADAM))
+        loss_fn = torch.nn.MSELoss()
         model.train()
         t0 = time.perf_counter()
         for epoch in range(1, epochs + 1):
@@ -176,7 +190,7 @@ def hand_loop_default(epochs: int, eval_every: int, threads: int, evaluate: bool
             loss.backward()
             opt.step()
             loss.item()
-            if evaluate and epoch % eval_every == 0:
+            if as_the_job and epoch % eval_every == 0:
                 model.eval()
                 with torch.no_grad():
                     loss_fn(model(x_test), y_test).item()
@@ -187,8 +201,8 @@ def hand_loop_default(epochs: int, eval_every: int, threads: int, evaluate: bool
 
 
 def hand_loop_default_evaluated(epochs: int, eval_every: int, threads: int) -> float:
-    """:func:`hand_loop_default` with the job's evaluation cadence."""
-    return hand_loop_default(epochs, eval_every, threads, evaluate=True)
+    """:func:`hand_loop_default` with the job's evaluation cadence and Adam implementation."""
+    return hand_loop_default(epochs, eval_every, threads, as_the_job=True)
 
 
 def default(repeats: int, epochs: int) -> None:
@@ -214,6 +228,7 @@ def marginal(repeats: int, epochs: int, base: list[str], experiment: str, hand_l
     eval_every, series_every = int(composed[0]), int(composed[1])
     threads = int(composed[2]) or torch.get_num_threads()  # the hand loop runs with the job's torch threads
     print("command:", "python -m sweeps", " ".join([*base, *extra]), f"epochs={epochs}",
+          f"(job's Adam: {job_adam() or 'torch default'}; hand loop's: {HAND_ADAM or 'torch default'})",
           f"(eval.every_epochs={eval_every}, MLflow series every {series_every} epochs, "
           f"device.threads={composed[2] if composed[2] != '0' else 'null'}; hand loop: {threads} torch thread(s))")
     ours, hand, flat, flat_median = [], [], [], []
@@ -255,14 +270,15 @@ def marginal(repeats: int, epochs: int, base: list[str], experiment: str, hand_l
         if also:
             hand_also.append(statistics.fmean(before_also + [marginal_hand(also)]))
         print(f"  repeat {r}: sweeps {1e3 * ours[-1]:.3f} ms/epoch, hand loop {1e3 * hand[-1]:.3f} ms/epoch, "
-              + (f"hand loop evaluating as the job {1e3 * hand_also[-1]:.3f} ms/epoch, " if also else "")
+              + (f"hand loop as the job {1e3 * hand_also[-1]:.3f} ms/epoch, " if also else "")
               + f"late/early {flat[-1]:.3f} (medians: {flat_median[-1]:.3f})")
     ratios = [a / b for a, b in zip(ours, hand)]
     print(f"sweeps marginal ms/epoch {spread([1e3 * v for v in ours])}; hand loop {spread([1e3 * v for v in hand])}")
     if also:
-        print(f"hand loop evaluating as the job (eval.every_epochs={eval_every}) {spread([1e3 * v for v in hand_also])} "
-              f"ms/epoch; ratio sweeps ÷ it {spread([a / b for a, b in zip(ours, hand_also)])}; "
-              f"ratio it ÷ hand loop {spread([a / b for a, b in zip(hand_also, hand)])} (the evaluation's own cost)")
+        print(f"hand loop as the job (eval.every_epochs={eval_every}, Adam {job_adam() or 'torch default'}) "
+              f"{spread([1e3 * v for v in hand_also])} ms/epoch; ratio sweeps ÷ it "
+              f"{spread([a / b for a, b in zip(ours, hand_also)])} (sweeps' bookkeeping); ratio it ÷ hand loop "
+              f"{spread([a / b for a, b in zip(hand_also, hand)])} (evaluation and optimizer kernel)")
     print(f"ratio sweeps ÷ hand {spread(ratios)} (target ≤ 1.25); flatness late ÷ early {spread(flat)} (target 0.9–1.1); "
           f"by the medians of the series' steps {spread(flat_median)}")
 
@@ -291,7 +307,7 @@ def bare_loop_study4(root: Path, epochs: int) -> tuple[list[float], float]:
     y = ds.targets.to(DEVICE)
     torch.manual_seed(0)
     model = MLP((1, 28, 28), 10).to(DEVICE)
-    opt, loss_fn = torch.optim.Adam(model.parameters(), lr=0.001), torch.nn.CrossEntropyLoss()
+    opt, loss_fn = torch.optim.Adam(model.parameters(), lr=0.001, **HAND_ADAM), torch.nn.CrossEntropyLoss()
     times, eval_s = [], 0.0
     for _ in range(epochs):
         t = time.perf_counter()
@@ -403,10 +419,14 @@ def main() -> None:
                     help="study5-extra: study 5 again with these overrides (e.g. mlflow.log_every_epochs=25)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="studies 4 and 5: the jobs' device=... and the hand loops' device")
+    ap.add_argument("--hand-optimizer", choices=["plain", "job"], default="plain",
+                    help="the hand loops' Adam: plain (torch.optim.Adam(params, lr), as written by hand) or job "
+                         "(the implementation the job gets at optimizer.impl=auto: fused on CPU and CUDA)")
     ap.add_argument("--mnist-raw", type=Path, default=MNIST_RAW,
                     help="folder holding t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz (study 4)")
     args = ap.parse_args()
     DEVICE, MNIST_RAW = torch.device(args.device), args.mnist_raw
+    HAND_ADAM.update(job_adam() if args.hand_optimizer == "job" else {})
     if DEVICE.type == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda: torch sees no CUDA device here")
     if args.study4_epochs < 3:

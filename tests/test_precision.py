@@ -13,7 +13,7 @@ from sweeps.data.datasets import DataSpec
 from sweeps.train.precision import apply_precision, autocast_supported
 from sweeps.errors import UsageError
 from sweeps.models import CNN10
-from sweeps.train.optim import optimizer_kwargs
+from sweeps.train.optim import make_optimizer, optimizer_kwargs
 from sweeps.train.speed import batch_sizes, compile_and_warm, use_channels_last
 from sweeps.train.loop import Trainer
 from test_config import _compose
@@ -142,7 +142,8 @@ def test_channels_last_cnn_trains_like_contiguous():
 def test_optimizer_impl_kwargs():
     cuda = torch.device("cuda")
     assert optimizer_kwargs("auto", cuda) == {"fused": True}  # sync-free GradScaler steps
-    assert optimizer_kwargs("auto", CPU) == {}
+    assert optimizer_kwargs("auto", CPU) == {"fused": True}  # one kernel per step, not ~10 per parameter
+    assert optimizer_kwargs("auto", torch.device("mps")) == {}  # untested here: torch's own default
     assert optimizer_kwargs("fused", CPU) == {"fused": True}
     assert optimizer_kwargs("foreach", CPU) == {"foreach": True}
     assert optimizer_kwargs("loop", CPU) == {"foreach": False}
@@ -152,6 +153,25 @@ def test_optimizer_impl_kwargs():
     t = _trainer(model, "fp32", impl={"fused": True})
     t.train_epoch(_batches(), "fused")
     assert t.optimizer.defaults["fused"] is True
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd"])
+def test_auto_optimizer_is_fused_on_cpu_unless_a_parameter_is_complex(name):
+    cfg = _compose([f"optimizer={name}"]).optimizer
+    net = nn.Linear(3, 2)
+    opt = make_optimizer(cfg, net.parameters(), 0.01, CPU)
+    assert opt.defaults["fused"] is True and len(opt.param_groups[0]["params"]) == 2
+    net(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    z = nn.Parameter(torch.randn(3, dtype=torch.complex64))  # a user's model can hold one
+    opt = make_optimizer(cfg, [z], 0.01, CPU)
+    assert not opt.defaults["fused"]
+    z.grad = torch.ones_like(z)
+    opt.step()  # torch's own implementation steps it
+    assert z.grad is not None
+    asked = make_optimizer(OmegaConf.merge(cfg, {"impl": "fused"}), [z], 0.01, CPU)
+    with pytest.raises(RuntimeError, match="fused"):  # asked for by name: torch's own error, no quiet fallback
+        asked.step()
 
 
 @pytest.mark.parametrize("override", ["precision.name=fp8", "optimizer.impl=fast", "compile_mode=fastest",
