@@ -268,6 +268,34 @@ def test_sigterm_flushes_rank_0_and_a_rerun_resumes_the_curve(tmp_path):
         assert curve[epoch] == pytest.approx(value, rel=LOSS_RTOL), epoch
 
 
+def test_rank_0_of_a_resumed_run_logs_no_second_compile_time(tmp_path):
+    """A resumed compile=true job under DDP compiles again on rank 0 and hands its compile time to
+    ``log_summary``: the run keeps its first part's ``time/compile_s``, one point."""
+    from sweeps.launch.placement.rank import RankRun, RankSpec
+    from sweeps.tracking.store import open_client
+    from sweeps.tracking.writer import RunWriter
+    from sweeps import names
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = open_client(uri)
+    first = RunWriter(client, client.create_experiment("ddp"), "job", None, {})
+    first.log_summary({names.COMPILE_S: 3.0})  # the first part's rank 0, before its job was killed
+    first.close()
+    sweeps.config.register()
+    with initialize_config_dir(config_dir=str(sweeps.config.CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[*SAME, *DDP, "compile=true"])
+    spec = RankSpec(cfg=OmegaConf.to_container(cfg, resolve=True), backend="gloo", tracking_uri=uri,
+                    run_id=first.run_id, run_dir=str(tmp_path / "run"), journal=str(tmp_path / "epochs.jsonl"),
+                    resume=False, logged_through=0, work_dir=str(tmp_path), log_format="%(message)s", log_targets=[])
+    rank0 = RankRun(spec, cfg, True, 0, torch.device("cpu"))  # the second part: killed before a checkpoint
+    rank0.writer.log_summary({names.COMPILE_S: 2.5, names.WARMUP_S: 0.5})
+    rank0.close()
+    history = {k: [(m.step, m.value) for m in client.get_metric_history(first.run_id, k)]
+               for k in (names.COMPILE_S, names.WARMUP_S)}
+    assert history == {names.COMPILE_S: [(0, 3.0)], names.WARMUP_S: [(0, 0.5)]}
+    assert client.get_run(first.run_id).info.status == "RUNNING"  # rank 0 never ends the run: its job process does
+
+
 @pytest.mark.parametrize("make", [
     lambda data, seed: TensorBatches(data, 4, True, seed),
     lambda data, seed: DeviceBatches(resident(data), 4, torch.device("cpu"), shuffle=True, seed=seed)],

@@ -47,14 +47,19 @@ class RunWriter(MetricBatches):
         self._start(client, run_id)
 
     @classmethod
-    def attach(cls, client: MlflowClient, run_id: str, reopen: bool = True) -> "RunWriter":
+    def attach(cls, client: MlflowClient, run_id: str, reopen: bool = True,
+               read_summary: bool | None = None) -> "RunWriter":
         """Write to an existing run: a killed job resuming (``reopen``: status back to RUNNING), or
         rank 0 of a data-parallel job logging into the run its job process opened and will close
-        (``reopen=False``: the status is left alone; :meth:`close`, never :meth:`end`)."""
+        (``reopen=False``: the status is left alone; :meth:`close`, never :meth:`end`).
+        ``read_summary`` (default: ``reopen``): the run's values so far are read first (one call),
+        so that a value an earlier part of the run logged at step 0 is not logged again
+        (:meth:`log_summary`)."""
         job = cls.__new__(cls)
         job._init(client, run_id)
         if reopen:
             client.update_run(run_id, status="RUNNING")
+        if reopen if read_summary is None else read_summary:
             job._summary = dict(client.get_run(run_id).data.metrics)
         return job
 

@@ -104,7 +104,10 @@ class RankRun:
 
             from sweeps.tracking.writer import RunWriter
 
-            self.writer = RunWriter.attach(MlflowClient(spec.tracking_uri), spec.run_id, reopen=False)
+            # the run its job process opened, maybe resumed: what an earlier part logged at step 0
+            # (time/compile_s) is not logged a second time
+            self.writer = RunWriter.attach(MlflowClient(spec.tracking_uri), spec.run_id, reopen=False,
+                                           read_summary=True)
             self.writer.every_epochs, self.writer.every_evaluated = series.of_config(cfg)
             self.epochs = EpochLog(self.writer, Path(spec.journal), regression, cfg.log_every_s, cfg.epochs,
                                    logged_through=spec.logged_through)
