@@ -238,3 +238,15 @@ def test_precision_jobs_run_and_log_throughput(precision_sweep):
         assert sorted(h.step for h in history) == [1, 2] and all(h.value > 0 for h in history)
         assert "perf/mfu" not in m and "MFU omitted" in r.data.tags["perf.peak"]
         assert r.data.params["dataset.loader"] == "device" and r.data.params["precision"] == name.split("=")[1]
+
+
+@pytest.mark.parametrize("impl, tag", [("auto", "Adam, fused"), ("loop", "Adam, loop")])
+def test_a_job_says_which_optimizer_implementation_it_stepped(in_process, tiny, tmp_path, impl, tag):
+    """The same config can step another kernel under another sweeps or torch version (auto became
+    fused on the CPU): the run's ``torch.optimizer`` tag says which one ran."""
+    from sweeps import names as tag_names
+
+    assert in_process(["model=mlp", "model.hidden=[8]", "optimizer=adam", f"optimizer.impl={impl}",
+                       "telemetry.interval_s=0", *tiny]) == "ok"
+    (run,) = runs(tmp_path)
+    assert run.data.tags[tag_names.OPTIMIZER_TAG] == tag

@@ -55,6 +55,7 @@ CHECKPOINTS_TAG = "sweeps.checkpoints"  # "off: <why>" when a full disk stopped 
 LOADER_TAG = "data.loader"  # the loader a training job used and how its worker count was chosen
 THREADS_TAG = "torch.threads"  # torch's intra-op CPU threads the job ran with, and who chose them
 HEAP_TAG = "host.malloc"  # how the job's C library kept freed heap (device.malloc_trim_mb)
+OPTIMIZER_TAG = "torch.optimizer"  # the optimizer class and the implementation it steps with (optimizer.impl)
 PEAK_TAG = "perf.peak"  # the datasheet peak MFU is measured against
 LR_TAG = "lr.source"  # where the job's lr came from: "lr 0.025 = base_lr 0.1 × 32/128 (linear)" or "lr 0.05 (as written, no scaling)"
 MAX_BATCH_BOUND_TAG = "max_batch.bound"

@@ -26,6 +26,7 @@ from sweeps.tasks.base import Task, register
 from sweeps.train import distributed, flops
 from sweeps.train.builder import build_training
 from sweeps.train.loop import summarize
+from sweeps.train.optim import describe as describe_optimizer
 from sweeps.train.target import met, to_target
 
 
@@ -41,7 +42,8 @@ class TrainTask(Task):
         training = build_training(cfg, data, device, monitor=job.telemetry)
         job.writer.log_metrics({names.PARAMS: count_parameters(training.model)})
         job.writer.queue_tags({names.LOADER_TAG: describe_workers(
-            cfg.dataset, device, data.train, resident_loader(cfg.dataset.loader, data.train))})
+            cfg.dataset, device, data.train, resident_loader(cfg.dataset.loader, data.train)),
+            names.OPTIMIZER_TAG: describe_optimizer(training.trainer.optimizer)})
         with_perf = flops.tracker(job.writer, training.model, data.spec, device, cfg.precision.name,
                                   devices=distributed.world_size(), example=flops.first_input(data.train))
         if cfg.compile:  # compiled and warmed up here, out of the epoch times

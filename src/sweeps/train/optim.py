@@ -68,6 +68,24 @@ def make_optimizer(cfg: DictConfig, params, lr: float, device: torch.device,
     return call_target(cfg, "optimizer", params, lr=lr, **impl)
 
 
+def describe(optimizer: torch.optim.Optimizer) -> str:
+    """The optimizer's class and the implementation its steps take, for the run's
+    :data:`~sweeps.names.OPTIMIZER_TAG`: ``"Adam, fused"``, ``"SGD, foreach"``, ``"Adam, loop
+    (torch's default on cpu)"`` — torch's own choice where neither switch is set: foreach where
+    every parameter is on CUDA or XPU, the loop elsewhere (``torch.optim.optimizer.
+    _default_to_fused_or_foreach``) — or the class alone for one without the switches."""
+    name, defaults = type(optimizer).__name__, optimizer.defaults
+    if "fused" not in defaults and "foreach" not in defaults:
+        return name
+    if defaults.get("fused"):
+        return f"{name}, fused"
+    if defaults.get("foreach") is not None:
+        return f"{name}, {'foreach' if defaults['foreach'] else 'loop'}"
+    devices = {p.device.type for group in optimizer.param_groups for p in group["params"]}
+    chosen = "foreach" if devices and devices <= {"cuda", "xpu"} else "loop"
+    return f"{name}, {chosen} (torch's default on {', '.join(sorted(devices)) or 'no device'})"
+
+
 def make_schedule(cfg: DictConfig, optimizer: torch.optim.Optimizer, epochs: int):
     """The per-epoch lr schedule ``cfg`` (the ``schedule`` node) names by ``_target_`` — any
     ``torch.optim.lr_scheduler`` class or the user's, called as ``target(optimizer, **option
