@@ -9,6 +9,7 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
     # study5-every-epoch: study 5 with every epoch in the MLflow series (the preset's stride undone), for comparison
     # study5-threads1, study5-threads2: study 5 with device.threads=1 or 2 (job and hand loop alike)
     # study5-extra --extra KEY=VALUE ...: study 5 with these overrides on top of the preset
+    # default-extra --extra KEY=VALUE ...: the default case with these overrides (the hand loops take device.threads)
     # --study4-glibc-default: study 4 also with device.malloc_trim_mb=null (glibc's own heap), for comparison
 
 - study 5 (``+experiment=tabular_cpu_vs_gpu device=cpu dataset.train_size=1000``: the 13-16-32-16-1
@@ -205,13 +206,14 @@ def hand_loop_default_evaluated(epochs: int, eval_every: int, threads: int) -> f
     return hand_loop_default(epochs, eval_every, threads, as_the_job=True)
 
 
-def default(repeats: int, epochs: int) -> None:
-    """The ``default`` case (module docstring): :func:`default_args` vs :func:`hand_loop_default`."""
-    print(f"\n## default settings: a small tabular job, {epochs} epochs, full batch, cpu — marginal cost per epoch")
+def default(repeats: int, epochs: int, extra: list[str] | None = None) -> None:
+    """The ``default`` case (module docstring): :func:`default_args` (+ ``extra``) vs :func:`hand_loop_default`."""
+    label = " ".join(extra) if extra else "default settings"
+    print(f"\n## {label}: a small tabular job, {epochs} epochs, full batch, cpu — marginal cost per epoch")
     if DEVICE.type != "cpu":
         print("skipped: the default case runs on the CPU (the preset's device)")
         return
-    marginal(repeats, epochs, default_args(), "diabetes", hand_loop_default, [], also=hand_loop_default_evaluated)
+    marginal(repeats, epochs, default_args(), "diabetes", hand_loop_default, extra or [], also=hand_loop_default_evaluated)
 
 
 def marginal(repeats: int, epochs: int, base: list[str], experiment: str, hand_loop, extra: list[str],
@@ -411,12 +413,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=10_000)
     ap.add_argument("--only", default="study5,study4,startup", help="comma-separated: default, study5, study4, "
-                    "startup, study5-every-epoch, study5-threads1, study5-threads2, study5-extra")
+                    "startup, study5-every-epoch, study5-threads1, study5-threads2, study5-extra, default-extra")
     ap.add_argument("--study4-epochs", type=int, default=10, help="at least 3 (the ratio from epoch 3 on)")
     ap.add_argument("--study4-glibc-default", action="store_true",
                     help=f"study 4: each repeat also runs the job with {GLIBC_DEFAULT}, for comparison")
     ap.add_argument("--extra", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="study5-extra: study 5 again with these overrides (e.g. mlflow.log_every_epochs=25)")
+                    help="study5-extra, default-extra: that case again with these overrides (e.g. device.threads=1)")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="studies 4 and 5: the jobs' device=... and the hand loops' device")
     ap.add_argument("--hand-optimizer", choices=["plain", "job"], default="plain",
@@ -439,6 +441,8 @@ def main() -> None:
     parts = args.only.split(",")
     if "default" in parts:
         default(args.repeats, args.epochs)
+    if "default-extra" in parts and args.extra:
+        default(args.repeats, args.epochs, args.extra)
     if "study5" in parts:
         study5(args.repeats, args.epochs)
     if "study5-every-epoch" in parts:  # the same with every epoch in the MLflow series: what the preset's setting saves

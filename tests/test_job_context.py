@@ -311,7 +311,8 @@ def test_resume_onto_an_immutable_journal_goes_on_without_it(tmp_path, in_proces
 
 def test_device_threads_and_heap_are_set_for_the_job_alone_and_are_tagged(tmp_path, in_process, monkeypatch):
     """``device.threads=1``: the training ran with 1 torch thread, the run says so, and the next
-    job of the process (basic launcher, one process) starts from the count it had before.
+    job of the process (basic launcher, one process) starts from the count it had before; null:
+    one thread for a step under 20 MFLOP, torch's own count for a larger one, each said.
     ``device.malloc_trim_mb`` (default 1024; glibc): the run says how its heap was kept; null
     leaves glibc be and says that an earlier job of the process set its thresholds
     (tests/test_host_heap.py; what keeping the heap buys is a speed figure: docs/benchmarks.md)."""
@@ -335,10 +336,15 @@ def test_device_threads_and_heap_are_set_for_the_job_alone_and_are_tagged(tmp_pa
     if glibc:
         assert tags[names.HEAP_TAG] == f"{glibc}: keeps 1024 MB (trim), heap blocks up to 32 MB"
     seen.clear()
-    assert in_process([*TINY, "seed=1", "device.malloc_trim_mb=null"]) == "ok"
-    assert set(seen) == {2}
+    assert in_process([*TINY, "seed=1", "device.malloc_trim_mb=null"]) == "ok"  # null: ~0.1 MFLOP steps, one thread
+    assert set(seen) == {1} and torch.get_num_threads() == 2
     tags = runs(tmp_path)[-1].data.tags
-    assert tags["torch.threads"] == f"2 (torch default; {os.cpu_count()} cores)"
+    assert tags["torch.threads"].startswith("1 (small steps: ")
+    assert tags["torch.threads"].endswith(f"MFLOP each, under 20; device.threads to choose; {os.cpu_count()} cores)")
     if glibc:  # static since the first job: said, so it is not read as glibc's own default
         assert tags[names.HEAP_TAG].startswith(f"{glibc}: 128 KiB static")
+    seen.clear()
+    assert in_process([*TINY, "seed=2", "model.hidden=[1024,1024]"]) == "ok"  # ~110 MFLOP steps: torch's count
+    assert set(seen) == {2} and torch.get_num_threads() == 2
+    assert runs(tmp_path)[-1].data.tags["torch.threads"] == f"2 (torch default; {os.cpu_count()} cores)"
 

@@ -72,8 +72,9 @@ OWN_KEYS: dict[str, type] = {"dataset": DatasetKeys, "optimizer": OptimizerKeys,
 @dataclass
 class Device:
     name: str = MISSING  # auto | cpu | cuda | ddp
-    # torch's intra-op CPU threads for the job (torch.set_num_threads); null: torch's default, one
-    # per core (a GPU pool's CPU slot or a Gloo rank: its share of the cores)
+    # torch's intra-op CPU threads for the job (torch.set_num_threads); null: one where a CPU
+    # training step is under 20 MFLOP, else torch's default, one per core (a GPU pool's CPU slot
+    # or a Gloo rank: its share of the cores)
     threads: Optional[int] = None
     # glibc malloc keeps up to this much freed heap (MB) for the next step instead of giving it
     # back to the kernel and page-faulting it in again (sweeps.train.host_heap); null: glibc's default

@@ -27,6 +27,7 @@ from sweeps.train import distributed, flops
 from sweeps.train.builder import build_training
 from sweeps.train.loop import summarize
 from sweeps.train.optim import describe as describe_optimizer
+from sweeps.train.speed import one_thread_for_small_steps
 from sweeps.train.target import met, to_target
 
 
@@ -44,8 +45,11 @@ class TrainTask(Task):
         job.writer.queue_tags({names.LOADER_TAG: describe_workers(
             cfg.dataset, device, data.train, resident_loader(cfg.dataset.loader, data.train)),
             names.OPTIMIZER_TAG: describe_optimizer(training.trainer.optimizer)})
-        with_perf = flops.tracker(job.writer, training.model, data.spec, device, cfg.precision.name,
-                                  devices=distributed.world_size(), example=flops.first_input(data.train))
+        with_perf, per_example = flops.tracker(job.writer, training.model, data.spec, device, cfg.precision.name,
+                                               devices=distributed.world_size(), example=flops.first_input(data.train))
+        if cfg.device.threads is None and distributed.world_size() == 1:  # a rank has its share already
+            if threads := one_thread_for_small_steps(per_example and per_example * data.batch, device):
+                job.writer.queue_tags({names.THREADS_TAG: threads})
         if cfg.compile:  # compiled and warmed up here, out of the epoch times
             job.measured_s = training.compile()  # measured work: not in time/overhead_s
             # a resumed run keeps its first part's figure: a second value at step 0 would break

@@ -129,13 +129,14 @@ def first_input(dataset) -> torch.Tensor | None:
 
 
 def tracker(writer, model: nn.Module, spec: DataSpec, device: torch.device, precision: str,
-            devices: int = 1, example: torch.Tensor | None = None) -> Callable[[dict], None]:
+            devices: int = 1, example: torch.Tensor | None = None) -> tuple[Callable[[dict], None], float | None]:
     """Count the model's FLOPs once, log ``perf/flops_per_example`` and ``perf/peak_flops`` (job
     level) and the ``perf.peak`` tag through ``writer`` (``log_metrics``, ``set_tags``), and return
     a function that adds :func:`perf_metrics` to an epoch record in place. A model the counter
     cannot handle only loses these metrics. ``devices``: data-parallel ranks, each a ``device``
     (the records then count all ranks' samples, so the peak is ``devices`` × one device's).
-    ``example``: one real input (:func:`first_input`), whose dtype and shape the count uses."""
+    ``example``: one real input (:func:`first_input`), whose dtype and shape the count uses.
+    Returns that function and the training FLOPs per example (None where not counted)."""
     try:
         per_example = training_flops_per_example(model, spec, example=example)
     except Exception as e:  # MFU is a bonus: never fail a job over it
@@ -149,4 +150,4 @@ def tracker(writer, model: nn.Module, spec: DataSpec, device: torch.device, prec
 
     def with_perf(rec: dict) -> None:
         rec.update(perf_metrics(per_example, peak, rec.get("samples", 0), rec.get(names.EPOCH_S, 0.0)))
-    return with_perf
+    return with_perf, per_example

@@ -1,5 +1,6 @@
-"""Speed knobs of a training job: ``channels_last`` and ``torch.compile`` with its warm-up kept
-out of the epoch times (the optimizer implementation is in :mod:`sweeps.train.optim`).
+"""Speed knobs of a training job: ``channels_last``, ``torch.compile`` with its warm-up kept
+out of the epoch times, and one torch thread for small CPU steps (the optimizer implementation is
+in :mod:`sweeps.train.optim`).
 
 - ``channels_last``: NHWC memory format for convolutional models (what cuDNN's tensor-core
   kernels read natively; PyTorch tutorial "Channels Last Memory Format"); models without a
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 
 import torch
 from torch import nn
@@ -22,6 +24,8 @@ from sweeps.names import COMPILE_MODES
 from sweeps.train.timing import wall_clock
 
 log = logging.getLogger("sweeps")
+# a CPU training step under this many FLOPs runs on one torch thread when device.threads is null
+SMALL_STEP_FLOPS = 20e6
 
 
 
@@ -86,3 +90,25 @@ def compile_and_warm(trainer, train_loader, test_loader, mode: str = "default", 
     log.info("compiled (mode %s) and warmed up %d training and %d evaluation shapes in %.1f s", mode,
              len(train), len(test), clock["s"])
     return clock["s"]
+
+
+def one_thread_for_small_steps(flops_per_step: float | None, device: torch.device) -> str | None:
+    """With ``device.threads`` null, a CPU job whose training step is under
+    :data:`SMALL_STEP_FLOPS` runs on one torch thread: sets it and returns the run's
+    ``torch.threads`` tag; None (nothing changed) for a larger or uncounted step, a GPU job, or a
+    process already on one thread. The job's ``cpu_threads`` context puts the count back after it.
+
+    Why: torch splits an op over every intra-op thread and waits for the slowest (fused optimizer
+    kernels split every parameter, whatever its size), so small ops pay the split and, beside the
+    job's own background work (its store process, telemetry), every thread that shares its core.
+    On a 2-core VM (VM-I, docs/benchmarks.md; MLP 13-16-32-16-1, fused Adam, quiet process):
+    0.7 and 7 MFLOP steps were 4-6 % faster on one thread, 71 MFLOP steps 23 % slower, 700 MFLOP
+    and study 4's 914 MFLOP 32-45 % slower; as a job, study 5's 7-MFLOP steps took 1.12 ms an
+    epoch on one thread against 1.61 ms on two, and the diabetes default job 1.18 against 1.76."""
+    if device.type != "cpu" or flops_per_step is None or flops_per_step >= SMALL_STEP_FLOPS:
+        return None
+    if torch.get_num_threads() == 1:
+        return None
+    torch.set_num_threads(1)
+    return (f"1 (small steps: {flops_per_step / 1e6:.3g} MFLOP each, under {SMALL_STEP_FLOPS / 1e6:.0f}; "
+            f"device.threads to choose; {os.cpu_count()} cores)")
