@@ -204,9 +204,11 @@ def job_devices(cfg: DictConfig, device: torch.device) -> list:
 @contextmanager
 def cpu_threads(threads: int | None) -> Iterator[str]:
     """torch's intra-op CPU threads for one job: ``threads`` (``device.threads``) or, when None,
-    what the process has (torch's default: one per core; a GPU pool's CPU slot: its share). Put
-    back afterwards: the next job of the process starts from the same count. Yields the value of
-    the run's ``torch.threads`` tag, e.g. ``"1 (device.threads; 2 cores)"``.
+    what the process has (torch's default: one per core; a GPU pool's CPU slot: its share), which a
+    training job whose steps are small then lowers to one
+    (:func:`sweeps.train.speed.one_thread_for_small_steps`). Put back afterwards: the next job of
+    the process starts from the same count. Yields the value of the run's ``torch.threads`` tag,
+    e.g. ``"1 (device.threads; 2 cores)"``.
 
     Why a job may want fewer threads than cores: torch's CPU kernels split an op over all its
     threads and wait for the slowest, so a thread that shares its core with anything else (the
