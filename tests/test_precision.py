@@ -250,3 +250,35 @@ def test_a_job_says_which_optimizer_implementation_it_stepped(in_process, tiny, 
                        "telemetry.interval_s=0", *tiny]) == "ok"
     (run,) = runs(tmp_path)
     assert run.data.tags[tag_names.OPTIMIZER_TAG] == tag
+
+
+def test_only_a_small_cpu_step_is_moved_to_one_thread():
+    """``device.threads`` null: a CPU step under 20 MFLOP gets one torch thread (and the tag says
+    so); a larger or uncounted step, or a GPU job (its CPU threads feed the GPU), keeps the count."""
+    from sweeps.train.speed import SMALL_STEP_FLOPS, one_thread_for_small_steps
+
+    torch.set_num_threads(2)  # tests/process_state.py puts the process's own count back
+    for flops_per_step, device in ((SMALL_STEP_FLOPS, CPU), (None, CPU), (1e6, torch.device("cuda"))):
+        assert one_thread_for_small_steps(flops_per_step, device) is None
+        assert torch.get_num_threads() == 2
+    tag = one_thread_for_small_steps(SMALL_STEP_FLOPS / 2, CPU)
+    assert torch.get_num_threads() == 1
+    assert tag.startswith("1 (small steps: 10 MFLOP each, under 20; device.threads to choose; ")
+    assert one_thread_for_small_steps(1e6, CPU) is None  # already on one thread: nothing to say
+
+
+def test_a_checkpoint_of_the_loop_adam_resumes_into_the_fused_one():
+    """A job checkpointed while ``optimizer.impl=auto`` meant torch's loop on a CPU resumes under
+    the fused default: the same optimizer state, and the step count goes on from it."""
+    cfg = _compose(["optimizer=adam"]).optimizer
+    net = nn.Linear(3, 2)
+    before = make_optimizer(OmegaConf.merge(cfg, {"impl": "loop"}), net.parameters(), 0.01, CPU)
+    for _ in range(3):
+        net(torch.randn(4, 3)).sum().backward()
+        before.step()
+    after = make_optimizer(cfg, net.parameters(), 0.01, CPU)
+    after.load_state_dict(before.state_dict())
+    net(torch.randn(4, 3)).sum().backward()
+    after.step()
+    assert after.defaults["fused"] is True
+    assert [float(s["step"]) for s in after.state.values()] == [4.0, 4.0]
