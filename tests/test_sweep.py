@@ -202,3 +202,18 @@ def test_a_sweeps_jobs_share_one_composition_and_each_runs_its_own_config(tmp_pa
     assert sorted((r.data.params["batch"], r.data.params["seed"]) for r in jobs) == [
         ("16", "3"), ("16", "4"), ("8", "3"), ("8", "4")]
     assert {r.data.tags["outcome"] for r in jobs} == {"ok"}
+
+
+def test_the_import_ahead_thread_drops_a_failed_import_without_a_traceback(capfd):
+    """The sweep imports the job's code in a thread while it opens the store; a Ctrl-C storm can
+    break that import half-way (chaos seed 2913 fault 42: ``operator prims::pow does not exist``).
+    The thread drops it without a word: a sweep stopped by Ctrl-C prints one line, not a traceback,
+    and a real failure raises again in the first job."""
+    import threading
+
+    from sweeps.launch.cli import sweep
+
+    thread = threading.Thread(target=sweep._import_quietly, args=("sweeps_no_such_module_here",))
+    thread.start()
+    thread.join()
+    assert "Traceback" not in capfd.readouterr().err

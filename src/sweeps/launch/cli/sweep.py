@@ -118,12 +118,22 @@ def _import_job_meanwhile() -> None:
     import then finds it done, or waits for the rest (Python's module lock). Only after the
     sweep's values were checked: bad input answers without torch. A signal is handled by the main
     thread alone, so it never lands inside these imports (see ``command._import_job``); the thread
-    is a daemon: a sweep stopped meanwhile does not wait for it."""
-    import importlib
+    is a daemon: a sweep stopped meanwhile does not wait for it. An import that fails here is
+    dropped without a word: a Ctrl-C storm that breaks an import the main thread shares can end
+    this one in torch's half-built state (``operator prims::pow does not exist``), and a real
+    failure raises again, in the first job, where it is reported."""
     import threading
 
-    threading.Thread(target=importlib.import_module, args=("sweeps.launch.job.lifecycle",),
-                     name="sweeps-import-job", daemon=True).start()
+    threading.Thread(target=_import_quietly, name="sweeps-import-job", daemon=True).start()
+
+
+def _import_quietly(module: str = "sweeps.launch.job.lifecycle") -> None:
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except BaseException:  # noqa: BLE001 — a head start only: the first job imports it again
+        pass
 
 
 def interrupted(signal_name: str) -> None:
