@@ -59,7 +59,9 @@ class RunWriter(MetricBatches):
         job._init(client, run_id)
         if reopen:
             client.update_run(run_id, status="RUNNING")
-        if reopen if read_summary is None else read_summary:
+        if read_summary is None:
+            read_summary = reopen
+        if read_summary:
             job._summary = dict(client.get_run(run_id).data.metrics)
         return job
 
