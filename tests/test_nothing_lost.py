@@ -156,6 +156,38 @@ def test_corrupt_checkpoint_falls_back(tmp_path):
     assert not list((tmp_path / "c").glob(".tmp-*"))  # no temp files left behind
 
 
+SIGNAL_BEFORE_END_OF_FILE = """
+import gc, sys, traceback
+from pathlib import Path
+import torch, torch.serialization
+from sweeps.train.checkpoint import Checkpoints
+
+def signal_lands(self, *exc):  # what a SIGTERM does between torch.save's last pickle and its end record
+    raise KeyboardInterrupt
+torch.serialization._open_zipfile_writer_buffer.__exit__ = signal_lands
+torch.serialization._open_zipfile_writer_file.__exit__ = signal_lands
+folder = Path(sys.argv[1])
+try:
+    Checkpoints(folder, every_epochs=1).save(7, {"w": torch.zeros(1000)})
+except KeyboardInterrupt as e:
+    traceback.clear_frames(e.__traceback__)  # what the job's end does to a failure's traceback
+    del e
+gc.collect()
+print("left:", sorted(p.name for p in folder.iterdir()))
+"""
+
+
+def test_a_signal_inside_a_checkpoint_save_is_a_kill_not_an_abort(tmp_path):
+    # chaos seed 2913, fault 48: a second SIGTERM landed as torch.save finished; the job's end freed
+    # the traceback and torch's unfinished zip writer wrote its end record into the closed file,
+    # raising inside C++: SIGABRT, exit -6, the run never given its outcome
+    out = subprocess.run([sys.executable, "-X", "dev", "-c", SIGNAL_BEFORE_END_OF_FILE, str(tmp_path / "ck")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "left: []" in out.stdout  # the partial file removed, no checkpoint claimed
+    assert "Warning" not in out.stderr, out.stderr  # nor a file left for the collector to close
+
+
 @pytest.mark.slow  # 8 processes at once: ~40 s here (tests/test_launchers.py's 8 pooled jobs are slow too)
 def test_eight_concurrent_jobs_on_a_brand_new_store(tmp_path, tiny):
     procs = [_start(["model=mlp", f"seed={i}", *tiny], tmp_path) for i in range(8)]

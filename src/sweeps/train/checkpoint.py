@@ -15,6 +15,7 @@ import random
 import shutil
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +89,15 @@ class Checkpoints:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".pt")
             with os.fdopen(fd, "wb") as f:
-                torch.save({**state, "epoch": epoch}, f)
+                try:
+                    torch.save({**state, "epoch": epoch}, f)
+                except BaseException as e:
+                    # free torch's zip writer now, while the file is open: a signal landing just
+                    # before its end-of-file record leaves it unfinished, and its destructor writes
+                    # that record; into a closed file the write raises inside C++ and aborts the
+                    # process (SIGABRT, no outcome logged) when the traceback is freed
+                    traceback.clear_frames(e.__traceback__)
+                    raise
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, final)
