@@ -29,9 +29,10 @@ their spread (min / median / max over ``--repeats``); asserts nothing.
   a hand loop on the same tensors (``sweeps.data.builtin.diabetes``): Adam 0.01, full batch,
   ``loss.item()`` each epoch, no evaluation. Marginal cost per epoch and flatness as study 5's.
   Target ≤ 1.25×. Beside it, the job written by hand: a hand loop that also evaluates each epoch as
-  the job does (the test loss of the 88 test rows under ``torch.no_grad()``) and steps the job's
-  Adam implementation (fused on a CPU): its ratio to the first is what the job does differently,
-  the job's ratio to it what sweeps' bookkeeping costs.
+  the job does (the test loss of the 88 test rows under ``torch.no_grad()``), steps the job's
+  Adam implementation (fused on a CPU) and runs on the job's torch threads (its ``torch.threads``
+  tag, read from a 1-epoch job: one thread for steps this small): its ratio to the first is what
+  the job does differently, the job's ratio to it what sweeps' bookkeeping costs.
 - study 4 (``+experiment=mnist_devices device=cpu``: MLP 784-1000-1000-10, batch 100, Adam): the
   MNIST test split the repo holds, examples/data (10,000 real digits, used as both splits: the
   training split is not on this machine) — median epoch vs a bare loop over the same tensors (target ≤ 1.05×),
@@ -67,6 +68,7 @@ import torch
 from mlflow import MlflowClient
 
 from sweeps.models import MLP
+from sweeps.names import THREADS_TAG
 from sweeps.provenance.machine import fingerprint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,6 +103,14 @@ def sweeps_job(args: list[str], cwd: Path) -> tuple[float, MlflowClient]:
 def last_run(client: MlflowClient, experiment: str):
     exp = client.get_experiment_by_name(experiment)
     return client.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=1)[0]
+
+
+def job_threads(args: list[str], experiment: str) -> int:
+    """torch's intra-op threads a job of ``args`` runs with: its ``torch.threads`` tag, from a
+    1-epoch run (``device.threads``, or at null sweeps' choice, e.g. 1 for small CPU steps)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _, client = sweeps_job([*args, "epochs=1"], Path(tmp))
+        return int(last_run(client, experiment).data.tags[THREADS_TAG].split()[0])
 
 
 # ── study 5 ──────────────────────────────────────────────────────────────────────────────────
@@ -228,17 +238,21 @@ def marginal(repeats: int, epochs: int, base: list[str], experiment: str, hand_l
                                % [*base, *extra, f"epochs={epochs}"]],
                               cwd=REPO, env=ENV, capture_output=True, text=True, check=True).stdout.split()
     eval_every, series_every = int(composed[0]), int(composed[1])
-    threads = int(composed[2]) or torch.get_num_threads()  # the hand loop runs with the job's torch threads
+    threads = int(composed[2]) or torch.get_num_threads()  # the hand loop: device.threads, else torch's default
+    # the job written by hand runs with the threads the job ran with (at null: sweeps' choice)
+    also_threads = job_threads([*base, *extra], experiment) if also else threads
     print("command:", "python -m sweeps", " ".join([*base, *extra]), f"epochs={epochs}",
           f"(job's Adam: {job_adam() or 'torch default'}; hand loop's: {HAND_ADAM or 'torch default'})",
           f"(eval.every_epochs={eval_every}, MLflow series every {series_every} epochs, "
-          f"device.threads={composed[2] if composed[2] != '0' else 'null'}; hand loop: {threads} torch thread(s))")
+          f"device.threads={composed[2] if composed[2] != '0' else 'null'}; hand loop: {threads} torch thread(s)"
+          + (f", hand loop as the job: {also_threads} (the job's)" if also else "") + ")")
     ours, hand, flat, flat_median = [], [], [], []
     if DEVICE.type == "cuda":
         hand_loop(200, eval_every, threads)  # unmeasured: CUDA context, cuBLAS handles, first kernels
 
     def marginal_hand(loop=hand_loop) -> float:
-        walls = {n: loop(n, eval_every, threads) for n in (100, epochs)}
+        count = also_threads if loop is also else threads
+        walls = {n: loop(n, eval_every, count) for n in (100, epochs)}
         return (walls[epochs] - walls[100]) / (epochs - 100)
 
     hand_also = []
