@@ -159,3 +159,34 @@ def test_kill_9_and_a_rerun_within_half_a_second_store_each_epoch_once(tmp_path)
     finally:
         busy.kill()
         busy.wait()
+
+
+@pytest.mark.parametrize("outcome,status", [("ok", "FINISHED"), ("oom", "FAILED")])
+def test_a_job_killed_between_its_outcome_and_its_runs_status_is_closed_as_it_ended(tmp_path, outcome, status):
+    """chaos seed 2914 fault 70: SIGKILL 256 ms after a job's last epoch, as its end had logged
+    ``outcome=ok`` but not yet the run's status. The rerun's start closed the run as killed, then
+    resumed it and trained its last epochs again; a run whose end logged a done outcome is closed
+    as that outcome instead, its folder removed, so the rerun skips the job."""
+    import socket
+
+    from sweeps import names
+    from sweeps.tracking import resume
+    from sweeps.tracking.epochs import JOURNAL
+    from sweeps.tracking.store import open_client
+
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("window")
+    ids = {}
+    for name, tag in (("ended", outcome), ("died", names.RUNNING)):  # the second: killed mid-run
+        tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: name,
+                names.OUTCOME_TAG: tag}
+        ids[name] = client.create_run(experiment, run_name=name, tags=tags).info.run_id
+        (tmp_path / "checkpoints" / name / ids[name]).mkdir(parents=True)
+        (tmp_path / "checkpoints" / name / ids[name] / JOURNAL).write_text('{"epoch": 1}\n')
+
+    assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 2
+    ended, died = (client.get_run(ids[n]) for n in ("ended", "died"))
+    assert (ended.info.status, ended.data.tags[names.OUTCOME_TAG]) == (status, outcome)
+    assert not (tmp_path / "checkpoints" / "ended" / ids["ended"]).exists()  # as the job's end would have
+    assert (died.info.status, died.data.tags[names.OUTCOME_TAG]) == ("KILLED", names.KILLED)
+    assert (tmp_path / "checkpoints" / "died" / ids["died"]).is_dir()  # its checkpoints resume it

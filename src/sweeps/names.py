@@ -13,6 +13,11 @@ OUTCOMES = (OK, OOM, DIVERGED, ERROR, UNAVAILABLE, KILLED)
 SKIPPED = "skipped"  # not an outcome of a run: a job already done in an earlier run (resume)
 RUNNING = "running"  # the outcome tag while a job runs
 DONE = (OK, OOM)  # outcomes that a rerun of the same config skips
+# MLflow run status per outcome (docs/reading-results.md, "MLflow"): FAILED — the job ran and did not get through its
+# work (a crash, out of memory, a NaN loss); KILLED — it was stopped or never started for a reason
+# outside it (a signal; no GPU or data here); FINISHED — ok only, so the run list's green tick means
+# a usable result. The outcome tag stays the precise word; resume reads the tag, never the status.
+RUN_STATUS = {OK: "FINISHED", ERROR: "FAILED", OOM: "FAILED", DIVERGED: "FAILED", UNAVAILABLE: "KILLED", KILLED: "KILLED"}
 
 # ── options of the closed config groups (conf/<group>/<option>.yaml; a test checks both agree) ──
 # The _target_ groups (model, dataset, optimizer, schedule, loss) are open: an option is any YAML

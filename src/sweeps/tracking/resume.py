@@ -100,8 +100,9 @@ def _alive(pid: int) -> bool:
 def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | Path | None = None) -> int:
     """Close runs left RUNNING by a process of this host that no longer exists (SIGKILL, power
     loss): status KILLED, ``outcome=killed`` — or, where the job ended but the store did not let
-    it close the run (a tracking server gone away), as the job ended (:func:`keep_unclosed`). Runs
-    of other hosts are left alone. Returns the count.
+    it close the run (a tracking server gone away) or the process died between its outcome and the
+    run's status, as the job ended (:func:`keep_unclosed`, :func:`_ended_done`): a rerun then skips
+    it. Runs of other hosts are left alone. Returns the count.
 
     Write-ahead all the way: before a stale run is closed, what its journal
     (``<checkpoint_dir>/<config hash>/<run id>/epochs.jsonl``) holds that never reached MLflow
@@ -125,6 +126,9 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
             if _close_ended(client, run.info.run_id, folder):
                 ended += 1
                 continue
+        if _ended_done(client, run.info.run_id, folder):
+            ended += 1
+            continue
         client.set_tag(run.info.run_id, names.OUTCOME_TAG, names.KILLED)
         client.set_tag(run.info.run_id, names.ERROR_TAG,
                        f"process {pid} on {host} ended without closing the run (SIGKILL or power loss)")
@@ -157,6 +161,24 @@ def keep_unclosed(folder: str | Path, outcome: str, error: str, status: str, met
     except OSError:
         return None
     return folder
+
+
+def _ended_done(client: MlflowClient, run_id: str, folder: Path | None) -> bool:
+    """Close run ``run_id`` as FINISHED (``ok``) or FAILED (``oom``) where its job's end had already
+    logged that outcome: the tag is the end's last call before the status, after every value and
+    artifact (:func:`sweeps.launch.job.finish.finish`), so only a kill between the two leaves it on
+    a RUNNING run. Closed as killed, the run would be resumed and its last epochs trained again.
+    Its folder is removed, as the job's end would have. False for any other outcome tag."""
+    outcome = client.get_run(run_id).data.tags.get(names.OUTCOME_TAG)  # after the replay of its journaled tags
+    if outcome not in DONE:
+        return False
+    client.set_terminated(run_id, names.RUN_STATUS[outcome])
+    log.info("run %s: closed as %s, as its job had ended (killed before it closed the run)", run_id, outcome)
+    if folder is not None:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+    return True
 
 
 def _close_ended(client: MlflowClient, run_id: str, folder: Path) -> bool:

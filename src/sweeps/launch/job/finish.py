@@ -21,12 +21,6 @@ log = logging.getLogger("sweeps")
 # telemetry.png needs a curve: a job with fewer samples (under ~5 s at the default 1 s interval)
 # has them all in telemetry.csv, and drawing would cost it ~0.1-0.2 s plus matplotlib's import
 FIGURE_MIN_SAMPLES = 5
-# MLflow run status per outcome (docs/reading-results.md, "MLflow"): FAILED — the job ran and did not get through its
-# work (a crash, out of memory, a NaN loss); KILLED — it was stopped or never started for a reason
-# outside it (a signal; no GPU or data here); FINISHED — ok only, so the run list's green tick means
-# a usable result. The outcome tag stays the precise word; resume reads the tag, never the status.
-STATUS = {names.OK: "FINISHED", names.ERROR: "FAILED", names.OOM: "FAILED", names.DIVERGED: "FAILED",
-          names.UNAVAILABLE: "KILLED", names.KILLED: "KILLED"}
 
 
 def overhead(job, records: list[dict]) -> dict[str, float]:
@@ -119,7 +113,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         except Exception as e:  # one failed step never stops the run from being closed
             log.warning("job %s: %s while finishing (%s)", job.name, getattr(step, "__name__", "step"), describe(e))
     oc.note(outcome)
-    status = STATUS.get(outcome, "FAILED")
+    status = names.RUN_STATUS.get(outcome, "FAILED")
     try:
         job.writer.flush()
         if job.writer.down:  # each call would wait out MLflow's retries again: all kept for the next start
