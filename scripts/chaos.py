@@ -39,6 +39,7 @@ import random
 import signal
 import sys
 import time
+import traceback
 from collections import Counter
 from pathlib import Path
 
@@ -256,8 +257,10 @@ def main(argv: list[str] | None = None) -> int:
             kinds = [k for k in kinds if k != p["kind"]] or kinds
             continue
         except Exception as e:  # noqa: BLE001 (the store or a check broke: that is a finding, not the end)
-            hit, what = True, f"the checks failed ({type(e).__name__})"
+            hit, what = True, f"the checks failed ({type(e).__name__}; traceback in {folder / 'checks.err'})"
             tally.violations.append(f"checking failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            if folder.is_dir():  # where the checker broke, kept with the fault's folder
+                (folder / "checks.err").write_text(traceback.format_exc())
         (injected if hit else missed)[p["kind"]] += 1
         new = tally.violations[before:]
         for v in new:
