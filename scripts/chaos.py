@@ -130,7 +130,7 @@ def inject(p: dict, sweep: faults.Sweep, ckpt: Path, server) -> tuple[bool, str 
         sweep.kill()
         if kind != "ro_journal":  # a sweep that exited on its own just before was not hit
             return sweep.proc.returncode == -signal.SIGKILL, None, f"SIGKILL (exit {sweep.proc.returncode})"
-        targets = [j for j in ckpt.glob("*/*/epochs.jsonl")]
+        targets = faults.journals(ckpt)
         why = faults.immutable(targets + [j.parent for j in targets], True)
         return not why and bool(targets), None, f"SIGKILL, then {len(targets)} journal(s) immutable {why}".strip()
     if kind == "sigkill_job":
@@ -146,7 +146,7 @@ def inject(p: dict, sweep: faults.Sweep, ckpt: Path, server) -> tuple[bool, str 
         server.start()
         return True, None, f"server down {p['down_s']:.1f} s"
     if kind == "ro_journal":
-        targets = [j for j in ckpt.glob("*/*/epochs.jsonl")]
+        targets = faults.journals(ckpt)
         why = faults.immutable(targets + [j.parent for j in targets], True)
         return not why and bool(targets), None, f"{len(targets)} live journal(s) immutable {why}".strip()
     return True, None, "disk fills as the jobs write"  # disk_full: the tmpfs was set up before the start

@@ -92,6 +92,18 @@ class Sweep:
         self.orphans = [(pid, t) for pid, t in left if t]
 
 
+def journals(root: Path) -> list[Path]:
+    """The ``<hash>/<run>/epochs.jsonl`` files under ``root`` now. pathlib's glob raises
+    FileNotFoundError for a folder removed while it lists (a sweep removes a finished job's
+    folder at any moment): such a listing is taken again."""
+    for _ in range(50):
+        try:
+            return list(root.glob("*/*/epochs.jsonl")) if root.is_dir() else []
+        except FileNotFoundError:
+            continue
+    return []
+
+
 class Progress:
     """Epochs journaled so far by a sweep (``checkpoints/<hash>/<run>/epochs.jsonl``), counted
     even after a finished job's folder is removed; and how many jobs reached their last epoch."""
@@ -103,7 +115,7 @@ class Progress:
 
     def poll(self) -> None:
         present = set()
-        for path in self.root.glob("*/*/epochs.jsonl") if self.root.is_dir() else []:
+        for path in journals(self.root):
             present.add(path)
             try:
                 n = path.read_bytes().count(b"\n")
