@@ -150,8 +150,12 @@ def _metrics(rec: dict) -> dict:
     return {k: v for k, v in rec.items() if "/" in k}
 
 
+# one encoder for every line: json.dumps builds a new one per call where separators are given
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _line(rec: dict) -> str:
-    return json.dumps(rec, separators=(",", ":")) + "\n"
+    return _encode(rec) + "\n"
 
 
 def read_journal(path: Path, up_to_epoch: int | None = None) -> list[dict]:

@@ -9,6 +9,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -175,8 +176,6 @@ def _ended_done(client: MlflowClient, run_id: str, folder: Path | None) -> bool:
     client.set_terminated(run_id, names.RUN_STATUS[outcome])
     log.info("run %s: closed as %s, as its job had ended (killed before it closed the run)", run_id, outcome)
     if folder is not None:
-        import shutil
-
         shutil.rmtree(folder, ignore_errors=True)
     return True
 
@@ -208,8 +207,6 @@ def _close_ended(client: MlflowClient, run_id: str, folder: Path) -> bool:
     client.set_terminated(run_id, ended["status"])
     log.info("run %s: closed as %s, as its job had ended (the store was away then)", run_id, ended["outcome"])
     if ended["outcome"] in DONE:
-        import shutil
-
         shutil.rmtree(folder, ignore_errors=True)
     return True
 
@@ -251,8 +248,6 @@ def clear_finished(checkpoint_dir: str | Path, config_hash: str, client: MlflowC
     """Remove the folders (checkpoints, journal) of the earlier runs of ``config_hash`` once its
     run ``keep`` ended done (``ok``/``oom``): a killed run's folder serves no resume after that.
     A folder whose run is still RUNNING (another process) is left alone."""
-    import shutil
-
     root = Path(checkpoint_dir) / config_hash
     for folder in root.glob("*") if root.is_dir() else []:
         if folder.name == keep or not folder.is_dir():
