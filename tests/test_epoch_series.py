@@ -65,6 +65,34 @@ def test_a_full_disk_mid_job_stops_the_journal_and_not_the_series(tmp_path):
     assert client.get_run(writer.run_id).data.tags[names.CHECKPOINTS_TAG].startswith("off: cannot append")
 
 
+@pytest.mark.parametrize("queued", [False, True], ids=["before-its-queueing", "after-its-queueing"])
+def test_a_signal_inside_an_epochs_append_still_gets_that_epoch_to_mlflow_once(tmp_path, queued):
+    # a SIGINT lands in the append of epoch 4, after its journal line (chaos seed 2915, fault 164):
+    # before its values were queued, or after; the job's end then closes the run as killed, and
+    # the run holds epochs 1-4, each once
+    client, writer = _run(tmp_path)
+    journal = tmp_path / "run" / "epochs.jsonl"
+    log = EpochLog(writer, journal, regression=True, log_every_s=3600)
+    for epoch in range(1, 4):
+        log.append(_record(epoch))
+    queue = writer.log_metrics
+
+    def interrupted(*args, **kwargs):
+        if queued:
+            queue(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    writer.log_metrics = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        log.append(_record(4))
+    del writer.log_metrics
+    log.close()
+    writer.end("KILLED")
+    assert [r["epoch"] for r in read_journal(journal)] == [1, 2, 3, 4]
+    assert _steps(client, writer.run_id) == [1, 2, 3, 4]
+    assert _steps(client, writer.run_id, names.EPOCH_S) == [1, 2, 3, 4]
+
+
 @pytest.mark.parametrize("epochs", [300, 10_000])
 def test_at_the_defaults_a_short_job_logs_every_epoch_and_a_long_one_at_most_series_points(tmp_path, epochs):
     # a job that evaluates every epoch (the default): 300 epochs are each in the run's series;

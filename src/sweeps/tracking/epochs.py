@@ -53,6 +53,7 @@ class EpochLog:
         self.log_every_s, self.last_epoch = log_every_s, last_epoch
         self.records: list[dict] = list(records or [])
         self.logged_through = logged_through
+        self._queued_through = logged_through  # the last epoch whose metrics append() queued
         self._printed_at: float | None = None
         self._hidden = 0  # rows not printed since the last printed one
         self._file = None
@@ -85,6 +86,7 @@ class EpochLog:
         if (self.writer is not None and rec["epoch"] > self.logged_through
                 and in_series(rec, self.writer.every_epochs, self.writer.every_evaluated)):
             self.writer.log_metrics(_metrics(rec), step=rec["epoch"], timestamp_ms=rec[names.TIMESTAMP_MS])
+            self._queued_through = rec["epoch"]
         self._console(rec)
 
     def _journal_failed(self, e: OSError) -> None:
@@ -119,10 +121,14 @@ class EpochLog:
         log.info(self.table.row(rec))
 
     def _last_point(self) -> None:
-        """The job's last epoch ends its series (``mlflow.log_every_epochs`` > 1 may have left it out)."""
+        """The job's last epoch ends its series: ``mlflow.log_every_epochs`` > 1 may have left it
+        out, or a signal interrupted :meth:`append` after the record was kept and before its
+        metrics were queued (chaos seed 2915, fault 164: a SIGINT storm; the run was closed as
+        killed with its last journaled epoch missing). Queued again where the interruption came
+        after the queueing, the values carry the record's timestamp: the same rows."""
         last = self.records[-1] if self.records else None
-        if (self.writer is None or last is None or last["epoch"] <= self.logged_through or self._appended == 0
-                or in_series(last, self.writer.every_epochs, self.writer.every_evaluated)):
+        if (self.writer is None or last is None or self._appended == 0
+                or last["epoch"] <= max(self.logged_through, self._queued_through)):
             return
         try:
             self.writer.log_metrics(_metrics(last), step=last["epoch"], timestamp_ms=last.get(names.TIMESTAMP_MS))
