@@ -461,6 +461,27 @@ def test_a_config_that_ends_done_removes_its_killed_runs_folders(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == sorted([running, done])
 
 
+def test_a_rerun_that_skips_a_done_job_removes_the_folders_its_end_left(tmp_path, tiny):
+    """A job killed after its run was closed ok and before its folder was removed (chaos seed
+    2915, fault 196): the rerun skips it as done and removes that folder, and a killed earlier
+    run's folder of the same config with it."""
+    from sweeps import names
+
+    first = cli_in_process(["model=mlp", *tiny], tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (run,) = runs(tmp_path)
+    root = tmp_path / "checkpoints" / run.data.tags[names.HASH_TAG]
+    client = store(tmp_path)
+    killed = client.create_run(run.info.experiment_id).info.run_id
+    client.set_terminated(killed, "KILLED")
+    for run_id in (run.info.run_id, killed):  # what a kill between the run's status and its folder's removal leaves
+        (root / run_id).mkdir(parents=True)
+        (root / run_id / "epochs.jsonl").write_text('{"epoch": 1}\n')
+    again = cli_in_process(["model=mlp", *tiny], tmp_path)
+    assert again.returncode == 0 and "(outcome ok): skipped" in again.stdout + again.stderr, again.stderr[-2000:]
+    assert not any(root.iterdir())
+
+
 @pytest.mark.slow  # ~8 s of real processes; the default suite keeps its margin under 2.5 min (chaos faults 8, 21 run in the slow step too)
 def test_a_ctrl_c_storm_while_a_finished_sweep_exits_is_130_or_0_never_a_crash(tmp_path):
     """Found by scripts/chaos.py (seed 2311, faults 8 and 21): SIGINTs landing after the sweep's

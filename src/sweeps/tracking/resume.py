@@ -244,10 +244,12 @@ def _replay_journal(client: MlflowClient, run, journal: Path) -> None:
                  run_id, sent, journal)
 
 
-def clear_finished(checkpoint_dir: str | Path, config_hash: str, client: MlflowClient, keep: str) -> None:
+def clear_finished(checkpoint_dir: str | Path, config_hash: str, client: MlflowClient, keep: str | None) -> None:
     """Remove the folders (checkpoints, journal) of the earlier runs of ``config_hash`` once its
     run ``keep`` ended done (``ok``/``oom``): a killed run's folder serves no resume after that.
-    A folder whose run is still RUNNING (another process) is left alone."""
+    ``keep=None``: a rerun skips the config as done, and every folder goes, the done run's own
+    too (its job was killed after it closed the run, before it removed the folder). A folder
+    whose run is still RUNNING (another process) is left alone."""
     root = Path(checkpoint_dir) / config_hash
     for folder in root.glob("*") if root.is_dir() else []:
         if folder.name == keep or not folder.is_dir():

@@ -232,6 +232,10 @@ def run(cfg: DictConfig) -> str:
         log.info("  already done in run %s (outcome %s): skipped; resume=false runs it again",
                  previous.info.run_id, previous.data.tags.get(names.OUTCOME_TAG))
         oc.note(names.SKIPPED)
+        try:  # killed after its run was closed, before its folder was removed (chaos seed 2915, fault 196)
+            resume.clear_finished(cfg.checkpoint.dir, chash, client, keep=None)
+        except Exception as e:  # noqa: BLE001 (a leftover folder costs disk, not a result)
+            log.warning("  its folders under %s not cleared (%s)", cfg.checkpoint.dir, describe(e))
         if multirun and parent_run.get("parent_run_id"):  # counted by the sweep from MLflow (jobs may run elsewhere)
             client.set_tag(parent_run.get("parent_run_id"), f"{names.SKIPPED_TAG_PREFIX}{chash}", previous.info.run_id)
         return names.SKIPPED
