@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from mlflow.entities import Param
 
-from conftest import StartedCli, runs
+from conftest import StartedCli, runs, store
 
 
 def _dead_pid() -> int:
@@ -190,3 +190,175 @@ def test_a_job_killed_between_its_outcome_and_its_runs_status_is_closed_as_it_en
     assert not (tmp_path / "checkpoints" / "ended" / ids["ended"]).exists()  # as the job's end would have
     assert (died.info.status, died.data.tags[names.OUTCOME_TAG]) == ("KILLED", names.KILLED)
     assert (tmp_path / "checkpoints" / "died" / ids["died"]).is_dir()  # its checkpoints resume it
+
+
+class _Store:
+    """A client that passes every call to the real ``client``, but for those ``refuse`` (method
+    name → ``fn(*args, **kwargs)``: raise, or return None to pass the call on)."""
+
+    def __init__(self, client, **refuse):
+        self._client, self._refuse = client, refuse
+
+    def __getattr__(self, name):
+        real = getattr(self._client, name)
+        if name not in self._refuse:
+            return real
+
+        def call(*args, **kwargs):
+            self._refuse[name](*args, **kwargs)
+            return real(*args, **kwargs)
+        return call
+
+
+def _steps(client, run_id, key) -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(run_id, key))
+
+
+def _killed_run(client, experiment: str) -> str:
+    import socket
+
+    from sweeps import names
+
+    tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: "h1",
+            names.OUTCOME_TAG: names.RUNNING}
+    return client.create_run(experiment, run_name="killed", tags=tags).info.run_id
+
+
+def _record(epoch: int) -> dict:
+    from sweeps import names
+
+    return {"epoch": epoch, names.TRAIN_LOSS: 1.0 / epoch, names.EPOCH_S: 0.01 * epoch}
+
+
+def test_a_stale_runs_replay_starts_at_its_cursor_and_reads_no_metric_history(tmp_path, monkeypatch):
+    """A killed run's next start looks at the epochs after the run's cursor (``shipped.json``)
+    alone: its dead process journaled epochs 11-12 and never sent them, and its cursor lags at
+    epoch 8 (it died between a batch's commit and the cursor's write). Epochs 11-12 are sent, 9-10
+    are found in the run and not sent again, and no metric's whole history is read (a 10,000-epoch
+    run holds ~200,000 rows): each epoch is stored once and the cursor ends at 12."""
+    from sweeps import names
+    from sweeps.tracking import batches, resume, writer
+    from sweeps.tracking.cursor import Cursor
+    from sweeps.tracking.epochs import JOURNAL, EpochLog
+    from sweeps.tracking.store import open_client
+
+    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # only the explicit flushes send
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("cursor")
+    run_id = _killed_run(client, experiment)
+    folder = tmp_path / "checkpoints" / "h1" / run_id
+    dead = writer.RunWriter.attach(client, run_id, reopen=False)
+    dead.cursor = Cursor(folder)
+    epochs = EpochLog(dead, folder / JOURNAL, regression=False)
+    for e in range(1, 11):
+        epochs.append(_record(e))
+    epochs.close()
+    dead.close()
+    assert Cursor(folder).read() == 10
+    late = EpochLog(None, folder / JOURNAL, regression=False)  # journaled, never sent
+    for e in (11, 12):
+        late.append(_record(e))
+    late.close()
+    (folder / "shipped.json").write_text('{"epoch": 8}')
+
+    def no_history(*args, **kwargs):
+        raise AssertionError("the replay read a metric's history")
+
+    sent = []
+    stale = _Store(client, get_metric_history=no_history, log_batch=lambda run, metrics=(), **k: sent.extend(metrics))
+    assert resume.mark_stale(stale, experiment, tmp_path / "checkpoints") == 1
+    assert sorted({m.step for m in sent}) == [11, 12]
+    for key in (names.TRAIN_LOSS, names.EPOCH_S):
+        assert _steps(client, run_id, key) == list(range(1, 13)), key
+    assert Cursor(folder).read() == 12
+    assert client.get_run(run_id).info.status == "KILLED"
+
+
+def test_the_cursor_stays_before_an_epoch_the_store_refused_until_a_replay_sends_it(tmp_path, monkeypatch):
+    """The store refuses epoch 3's batch (not a transient error: no retry) and takes 4-6: the
+    cursor stays at 2, so the replay that a job's end makes for what was lost (and a later start
+    would make) looks at epochs 3-6 and sends epoch 3 alone; then each epoch is stored once and
+    the cursor is at 6."""
+    from mlflow.exceptions import MlflowException
+
+    from sweeps import names
+    from sweeps.tracking import batches, writer
+    from sweeps.tracking.cursor import Cursor
+    from sweeps.tracking.epochs import JOURNAL, EpochLog
+    from sweeps.tracking.store import open_client
+
+    monkeypatch.setattr(batches, "FLUSH_S", 30.0)
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = client.create_run(client.create_experiment("cursor")).info.run_id
+    refused = []
+
+    def refuse_epoch_3(run, metrics=(), **kwargs):
+        if not refused and any(m.step == 3 for m in metrics):
+            refused.append(3)
+            raise MlflowException("INVALID_PARAMETER_VALUE: refused for the test")
+
+    job = writer.RunWriter.attach(_Store(client, log_batch=refuse_epoch_3), run_id, reopen=False)
+    job.cursor = Cursor(tmp_path)
+    epochs = EpochLog(job, tmp_path / JOURNAL, regression=False)
+    for e in range(1, 7):
+        epochs.append(_record(e))
+        job.flush()  # one batch an epoch
+    assert refused and job.lost == 2 and Cursor(tmp_path).read() == 2
+    assert _steps(client, run_id, names.TRAIN_LOSS) == [1, 2, 4, 5, 6]
+    assert job.replay(epochs.records) == 2  # epoch 3's two values: the run holds 4-6
+    epochs.close()
+    job.close()
+    for key in (names.TRAIN_LOSS, names.EPOCH_S):
+        assert _steps(client, run_id, key) == [1, 2, 3, 4, 5, 6], key
+    assert Cursor(tmp_path).read() == 6
+
+
+class _Died(BaseException):
+    """The job's process, SIGKILLed: nothing of its end runs."""
+
+
+def test_a_resumed_job_killed_again_never_has_the_epochs_it_ran_again_replayed(tmp_path, in_process, monkeypatch):
+    """A job interrupted after epoch 6 resumes from its epoch-3 checkpoint and runs epochs 4-6
+    again: it journals them anew (new timestamps) and does not send them, as the run holds them.
+    Killed before its first batch (its cursor lagging at epoch 2: the first process died between a
+    batch's commit and the cursor's write), the next start's replay sends epochs 7-8 and nothing
+    of 4-6 again: each (metric, epoch) is stored once."""
+    from sweeps import names
+    from sweeps.launch.job import lifecycle
+    from sweeps.tracking import batches, resume
+    from sweeps.train.loop import Trainer
+
+    tiny = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1,8,8]",
+            "dataset.train_size=64", "dataset.test_size=16", "batch=16", "epochs=8", "device=cpu",
+            "telemetry.interval_s=0", "checkpoint.every_epochs=1", "checkpoint.keep=10"]
+    train_epoch, calls = Trainer.train_epoch, iter(range(100))
+
+    def interrupted_at_epoch_7(*args, **kwargs):
+        if next(calls) == 6:
+            raise KeyboardInterrupt
+        return train_epoch(*args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "train_epoch", interrupted_at_epoch_7)
+    with pytest.raises(KeyboardInterrupt):
+        in_process(tiny)
+    monkeypatch.setattr(Trainer, "train_epoch", train_epoch)
+    (folder,) = (tmp_path / "checkpoints").glob("*/*")
+    for late in sorted(folder.glob("epoch_*.pt"))[3:]:  # its newest checkpoint: epoch 3
+        late.unlink()
+    (folder / "shipped.json").write_text('{"epoch": 2}')
+
+    def died(job, *args):
+        job.epochs.close()
+        job.writer._wake.set()  # its beat stops, sending nothing
+        raise _Died
+
+    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # the rerun's beat sends nothing before it dies
+    monkeypatch.setattr(lifecycle, "finish", died)
+    with pytest.raises(_Died):
+        in_process(tiny)
+    client, run_id = store(tmp_path), folder.name
+    client.set_tag(run_id, names.PID_TAG, str(_dead_pid()))
+    experiment = client.get_run(run_id).info.experiment_id
+    assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1
+    for key in (names.TRAIN_LOSS, names.EPOCH_S):
+        assert _steps(client, run_id, key) == list(range(1, 9)), key

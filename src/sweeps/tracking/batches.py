@@ -13,6 +13,8 @@ so a tracking server that goes away costs a job's end about a minute, not MLflow
 retries per batch (:mod:`sweeps.tracking.http_policy`). Once a job's store process is gone, the
 background thread sends nothing (:class:`~sweeps.tracking.store_client.BackgroundHeld`): its
 values wait for a flush at the caller's normal priority (the job's end, a resume's replay).
+Each journaled epoch's values are followed in the queue by the epoch's number, which moves the
+run's :class:`~sweeps.tracking.cursor.Cursor` once MLflow has taken them.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sweeps.errors import brief
 from sweeps.tracking import entities, http_policy, priority
 from sweeps.tracking.cadence import Cadence
+from sweeps.tracking.cursor import Cursor
 from sweeps.tracking.store_client import BackgroundHeld
 from sweeps.tracking.store_service import HURRY_AFTER_S
 
@@ -41,14 +44,18 @@ DOWN_S = 30.0  # s of failed sends after which the store counts as down: later s
 class MetricBatches:
     """The sending side of a run's writer (:class:`~sweeps.tracking.writer.RunWriter`): the
     queue of metric values and tags, the background thread that sends it, the retries and the
-    store's down state. :attr:`lost` counts the values that could not be sent after every retry."""
+    store's down state. :attr:`lost` counts the values that could not be sent after every retry.
+    :attr:`cursor` (None: none) records the last journaled epoch MLflow holds; the queue holds that
+    epoch's number (an ``int``) after its values."""
 
     def _start(self, client: Any, run_id: str) -> None:
         """Queue for run ``run_id`` of ``client`` and start the background thread."""
         self.client, self.run_id = client, run_id
         self._Metric, self._Param, self._RunTag = entities.classes(client)
         self._busy_said = False
-        self._queue: list[Metric] = []
+        self._queue: list[Metric | int] = []  # an int: every value before it of that epoch is queued
+        self.cursor: Cursor | None = None  # the run's folder's cursor (sweeps.tracking.cursor)
+        self._posted: list | None = None  # what send_later posted, until its answer is read
         self._tags: list[tuple[str, str]] = []  # queue_tags: sent with the next batch (appended like _queue)
         self._lock = threading.Lock()  # one sender at a time: the thread, or a flush
         self._wake = threading.Event()
@@ -79,6 +86,12 @@ class MetricBatches:
                  if v is not None and not (step == 0 and self._summary.get(k) == float(v))]
         self._queue.extend(batch)  # list.extend is atomic under the GIL: no lock on the hot path
 
+    def log_epoch(self, metrics: dict[str, float], epoch: int, timestamp_ms: int) -> None:
+        """Queue a journaled epoch's ``metrics`` (:meth:`log_metrics` at step ``epoch``), then the
+        epoch's number: once MLflow has taken everything up to it, the :attr:`cursor` moves there."""
+        self.log_metrics(metrics, epoch, timestamp_ms)
+        self._queue.append(epoch)
+
     def log_summary(self, metrics: dict[str, float]) -> None:
         """Queue a job's end-of-job ``metrics`` at step 0, each key once in the run: a resumed run
         that holds one already keeps it — its earlier process posted its summary, then was killed
@@ -107,6 +120,9 @@ class MetricBatches:
         try:
             if most is None:
                 getattr(self.client, "settle", lambda: None)()  # a posted send refused re-queues its values
+                posted, self._posted = self._posted, None
+                if posted is not None:  # taken (a refused one was re-queued): the cursor moves past its epochs
+                    self._advance(posted)
             left = len(self._queue) if most is None else most
             pending = self._tags[:]
             del self._tags[:len(pending)]  # tags queued meanwhile go with the next batch
@@ -135,23 +151,30 @@ class MetricBatches:
         """Count the first ``count`` queued values lost without a call: the store is down."""
         rest = self._queue[:count]
         del self._queue[:len(rest)]
+        rest = _values(rest)
         if rest:
             self.lost += len(rest)
             log.warning("MLflow: the store has not answered for %.0f s: %d more metric value(s) of run %s not "
                         "sent; every epoch is in the job's journal and epochs.csv", time.monotonic() - self._down_since,
                         len(rest), self.run_id)
 
-    def _send(self, chunk: list[Metric], tags: dict[str, str] | None = None) -> bool:
-        """``chunk`` and ``tags`` in one ``log_batch``, retried after each of :data:`RETRIES` while
-        the error is transient and the store not :attr:`down`; whether they were sent."""
+    def _send(self, queued: list[Metric | int], tags: dict[str, str] | None = None) -> bool:
+        """The values of ``queued`` (epoch numbers among them move the :attr:`cursor`) and ``tags``
+        in one ``log_batch``, retried after each of :data:`RETRIES` while the error is transient and
+        the store not :attr:`down`; whether they were sent."""
         tags = [self._RunTag(k, v) for k, v in (tags or {}).items()]
+        chunk = _values(queued)
+        if not chunk and not tags:  # epoch numbers alone: their values went with an earlier batch
+            self._advance(queued)
+            return True
         for wait in (*RETRIES, None):
             try:
                 self.client.log_batch(self.run_id, metrics=chunk, tags=tags)
                 self._down_since = None
+                self._advance(queued)
                 return True
             except BackgroundHeld:  # the background thread's, once the store process is gone: kept
-                self._queue[:0] = chunk
+                self._queue[:0] = queued
                 self._tags[:0] = [(t.key, t.value) for t in tags]
                 raise
             except Exception as e:  # connection refused, 5xx, busy pool (HTTP 400 "QueuePool limit")
@@ -170,6 +193,17 @@ class MetricBatches:
                     log.warning("MLflow: the store is busy (%s: %s); retrying — every epoch is in the journal, "
                                 "nothing is lost", type(e).__name__, brief(e, 80))
                 time.sleep(wait)
+
+    def _advance(self, taken: list[Metric | int]) -> None:
+        """Move the :attr:`cursor` to the last epoch number in ``taken`` (values MLflow has just
+        taken), unless a value was lost before them or a posted batch is still unanswered: the
+        cursor never leads the store."""
+        if self.cursor is None or self.lost or self._posted is not None:
+            return
+        for item in reversed(taken):
+            if item.__class__ is int:
+                self.cursor.write(item)
+                return
 
     def _loop(self) -> None:
         priority.lowest(threading.get_native_id())  # this thread only: sends use cores the training leaves idle
@@ -194,18 +228,23 @@ class MetricBatches:
         try:
             queued = self._queue[:]
             del self._queue[:len(queued)]
-            if queued:  # plain tuples: they pickle ~10x faster than the entities' own reduce
+            values = _values(queued)
+            if values:  # plain tuples: they pickle ~10x faster than the entities' own reduce
+                self._posted = queued
                 try:
-                    self.client.post(f"{len(queued)} metric value(s)", log_batches, self.run_id,
-                                     [tuple(m) for m in queued], on_error=lambda: self._requeue(queued))
+                    self.client.post(f"{len(values)} metric value(s)", log_batches, self.run_id,
+                                     [tuple(m) for m in values], on_error=lambda: self._requeue(queued))
                 except BaseException:  # not sent (a signal while it was written): the last flush sends them
                     self._requeue(queued)
                     raise
+            else:
+                self._advance(queued)
         finally:
             self._lock.release()
 
-    def _requeue(self, values: list[Metric]) -> None:
-        self._queue[:0] = values
+    def _requeue(self, queued: list[Metric | int]) -> None:
+        self._posted = None
+        self._queue[:0] = queued
 
     def _hold(self) -> None:
         """Take the sending lock; past :data:`~sweeps.tracking.store_service.HURRY_AFTER_S` behind
@@ -236,6 +275,11 @@ def log_batches(client: MlflowClient, run_id: str, values: list[tuple[str, float
 
     for i in range(0, len(values), BATCH):
         client.log_batch(run_id, metrics=[Metric(*v) for v in values[i:i + BATCH]])
+
+
+def _values(queued: list) -> list:
+    """The metric values of ``queued``, without the epoch numbers among them."""
+    return [m for m in queued if m.__class__ is not int]
 
 
 def _transient(e: Exception) -> bool:

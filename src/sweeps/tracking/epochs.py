@@ -85,7 +85,7 @@ class EpochLog:
                 self._journal_failed(e)  # this epoch's line is torn (no newline): a reader skips it
         if (self.writer is not None and rec["epoch"] > self.logged_through
                 and in_series(rec, self.writer.every_epochs, self.writer.every_evaluated)):
-            self.writer.log_metrics(_metrics(rec), step=rec["epoch"], timestamp_ms=rec[names.TIMESTAMP_MS])
+            self.writer.log_epoch(_metrics(rec), rec["epoch"], rec[names.TIMESTAMP_MS])
             self._queued_through = rec["epoch"]
         self._console(rec)
 
@@ -131,7 +131,7 @@ class EpochLog:
                 or last["epoch"] <= max(self.logged_through, self._queued_through)):
             return
         try:
-            self.writer.log_metrics(_metrics(last), step=last["epoch"], timestamp_ms=last.get(names.TIMESTAMP_MS))
+            self.writer.log_epoch(_metrics(last), last["epoch"], last.get(names.TIMESTAMP_MS))
         except Exception as e:  # noqa: BLE001 (never raises: epochs.csv holds it)
             log.warning("MLflow: the last epoch's values not queued (%s); epochs.csv holds them", describe(e))
 

@@ -20,6 +20,7 @@ from sweeps import names
 from sweeps.names import DONE, HASH_TAG, HOST_TAG, PID_TAG, RESUMED_TAG  # noqa: F401 (re-exported)
 from sweeps.errors import brief
 from sweeps.tracking import records, series
+from sweeps.tracking.cursor import Cursor
 from sweeps.tracking.epochs import JOURNAL, read_journal
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
     Write-ahead all the way: before a stale run is closed, what its journal
     (``<checkpoint_dir>/<config hash>/<run id>/epochs.jsonl``) holds that never reached MLflow
     — the epochs the dead process had printed but not yet sent — is replayed into it, each
-    (metric, epoch) once (:meth:`RunWriter.replay` checks the run's history first), and so are
+    (metric, epoch) once (:meth:`RunWriter.replay`: from the run's cursor, what the run lacks), and so are
     the params, tags and texts it had journaled but the store never took
     (:mod:`sweeps.tracking.records`: ``run.jsonl`` beside the journal)."""
     host = socket.gethostname()
@@ -235,6 +236,7 @@ def _replay_journal(client: MlflowClient, run, journal: Path) -> None:
         return
     writer = RunWriter.attach(client, run_id, reopen=False)
     writer.every_epochs, writer.every_evaluated = series.of_run(run.data.params)
+    writer.cursor = Cursor(journal.parent)
     try:
         sent = writer.replay(records)
     finally:

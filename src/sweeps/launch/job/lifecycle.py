@@ -32,6 +32,7 @@ from sweeps.tasks.base import Task, create, settings_of_other_tasks
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import inputs, naming, resume, series, store, store_processes
 from sweeps.provenance.machine import environment_tags, fingerprint_json
+from sweeps.tracking.cursor import Cursor
 from sweeps.tracking.epochs import JOURNAL, EpochLog, read_journal
 from sweeps.tracking.records import RECORDS, RecordLog
 from sweeps.tracking.writer import RunWriter
@@ -111,6 +112,7 @@ class JobRun:
         if self.resume_state is not None:
             self.writer = RunWriter.attach(self.client, self.previous.info.run_id)
             self.writer.records = RecordLog(run_dir / RECORDS)  # journaled before they are sent
+            self.writer.cursor = Cursor(run_dir)  # how far the journal reached MLflow
             self.writer.every_epochs, self.writer.every_evaluated = series.of_config(cfg)  # before the replay below
             self.writer.set_tags({**tags, names.RESUMED_TAG: "true", names.ERROR_TAG: ""})
             parent, before = parent_run.get("parent_run_id") if self.multirun else None, self.previous.data.tags.get(names.PARENT_RUN_TAG)
@@ -122,6 +124,7 @@ class JobRun:
             self.writer.replay(records)  # what the killed process still had queued
             logged_through = max((m.step for m in self.client.get_metric_history(self.writer.run_id, names.EPOCH_S)),
                                  default=0)
+            self.writer.cursor.write(logged_through)  # their re-run is journaled anew, never sent again
         else:
             parent = parent_run.get("parent_run_id") if self.multirun else None
             title = self._title()  # "mlp b64 cpu #<sweep id>" (sweeps.tracking.naming)
@@ -130,6 +133,7 @@ class JobRun:
             self.writer.every_epochs, self.writer.every_evaluated = series.of_config(cfg)
             run_dir = root / self.writer.run_id
             self.writer.records = RecordLog(run_dir / RECORDS)  # journaled before they are sent
+            self.writer.cursor = Cursor(run_dir)  # how far the journal reached MLflow
             if not parent:  # a run of its own is named by its own id, known only now
                 self.client.update_run(self.writer.run_id, name=naming.with_id(title, self.writer.run_id))
             self.writer.log_params({**store.flatten(cfg, self.task.other_settings), **self.choices})

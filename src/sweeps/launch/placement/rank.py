@@ -42,6 +42,7 @@ from sweeps.launch.process.outcome import classify, explain
 from sweeps.tasks.base import create
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import series
+from sweeps.tracking.cursor import Cursor
 from sweeps.tracking.epochs import EpochLog
 from sweeps.train import distributed, host_heap
 from sweeps.train.checkpoint import Checkpoints
@@ -109,6 +110,7 @@ class RankRun:
             self.writer = RunWriter.attach(MlflowClient(spec.tracking_uri), spec.run_id, reopen=False,
                                            read_summary=True)
             self.writer.every_epochs, self.writer.every_evaluated = series.of_config(cfg)
+            self.writer.cursor = Cursor(Path(spec.journal).parent)  # the job process replays from it
             self.epochs = EpochLog(self.writer, Path(spec.journal), regression, cfg.log_every_s, cfg.epochs,
                                    logged_through=spec.logged_through)
             self.checkpoints = Checkpoints(run_dir, cfg.checkpoint.every_epochs, cfg.checkpoint.keep,
