@@ -178,7 +178,7 @@ class MetricBatches:
                 self._tags[:0] = [(t.key, t.value) for t in tags]
                 raise
             except Exception as e:  # connection refused, 5xx, busy pool (HTTP 400 "QueuePool limit")
-                transient = _transient(e)
+                transient = http_policy.transient(e)
                 if transient and self._down_since is None:
                     self._down_since = time.monotonic()
                 if wait is None or not transient or self.down:
@@ -280,13 +280,6 @@ def log_batches(client: MlflowClient, run_id: str, values: list[tuple[str, float
 def _values(queued: list) -> list:
     """The metric values of ``queued``, without the epoch numbers among them."""
     return [m for m in queued if m.__class__ is not int]
-
-
-def _transient(e: Exception) -> bool:
-    """Whether a failed send is worth retrying: the server or network is busy, not the request bad."""
-    text = str(e)
-    return (http_policy.unanswered(e) or "QueuePool limit" in text or "database is locked" in text
-            or any(f" {code}" in text for code in ("500", "502", "503", "504")))
 
 
 def now_ms() -> int:

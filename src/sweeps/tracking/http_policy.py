@@ -41,6 +41,14 @@ def unanswered(e: BaseException) -> bool:
     return "Max retries exceeded" in str(e) or "Connection" in type(e).__name__
 
 
+def transient(e: BaseException) -> bool:
+    """Whether a failed call is worth retrying: the server or network is busy (unanswered, 5xx, a
+    busy server's "QueuePool limit" 400, sqlite's "database is locked"), not the request bad."""
+    text = str(e)
+    return (unanswered(e) or "QueuePool limit" in text or "database is locked" in text
+            or any(f" {code}" in text for code in ("500", "502", "503", "504")))
+
+
 def execute_guarded(call: Callable[[], Any]) -> Any:
     """``call()`` (one MLflow client call), with MLflow's retries switched off while the store is
     down in this process: from a call that failed :func:`unanswered` until one is answered (or
