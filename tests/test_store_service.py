@@ -144,6 +144,33 @@ def test_a_store_process_killed_mid_job_loses_nothing(service, caplog):
     assert sorted(m.step for m in real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) == list(range(1, 5001))
 
 
+@pytest.mark.slow  # a store process of its own (~5 s)
+def test_the_cursor_waits_for_a_posted_batch_the_store_refuses_while_the_beat_sends_a_later_one(
+        service, tmp_path, monkeypatch, caplog):
+    """A job's end posts its queued epochs 1-2 (``send_later``), a batch the store refuses (a
+    metric name MLflow rejects) and says so while the writer's beat sends epoch 3, which it takes.
+    Epochs 1-2 go back on the queue ahead of epoch 3, so the run's cursor (``shipped.json``) must
+    not move to 3: a kill now leaves them to the next start, which replays after the cursor."""
+    from sweeps.tracking.cursor import Cursor
+
+    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # only the explicit flushes send
+    client, experiment_id = service.opened()
+    writer = RunWriter(client, experiment_id, "job", None, {})
+    writer.cursor = Cursor(tmp_path)
+    writer.log_epoch({names.TRAIN_LOSS: 1.0, "refused!": 1.0}, 1, 1_000)
+    writer.log_epoch({names.TRAIN_LOSS: 0.5}, 2, 2_000)
+    writer.send_later()
+    writer.log_epoch({names.TRAIN_LOSS: 0.3}, 3, 3_000)
+    with caplog.at_level(logging.WARNING, logger="sweeps"):
+        writer.flush(most=10)  # the beat's send: it reads the refusal first, then sends epoch 3
+    assert any("metric value(s) not logged" in r.getMessage() for r in caplog.records)
+    real = MlflowClient(service.uri)
+    assert [m.step for m in real.get_metric_history(writer.run_id, names.TRAIN_LOSS)] == [3]
+    assert Cursor(tmp_path).read() is None
+    writer.close()  # epochs 1-2 refused again: lost, so the cursor stays
+    assert Cursor(tmp_path).read() is None and writer.lost == 3
+
+
 JOB_THAT_DIES = """
 import os, signal, sys
 from sweeps.tracking.store_service import StoreService

@@ -164,6 +164,7 @@ class MetricBatches:
         the store not :attr:`down`; whether they were sent."""
         tags = [self._RunTag(k, v) for k, v in (tags or {}).items()]
         chunk = _values(queued)
+        posted = self._posted is not None  # refused while this batch is sent, it goes back ahead of it
         if not chunk and not tags:  # epoch numbers alone: their values went with an earlier batch
             self._advance(queued)
             return True
@@ -171,7 +172,8 @@ class MetricBatches:
             try:
                 self.client.log_batch(self.run_id, metrics=chunk, tags=tags)
                 self._down_since = None
-                self._advance(queued)
+                if not posted:
+                    self._advance(queued)
                 return True
             except BackgroundHeld:  # the background thread's, once the store process is gone: kept
                 self._queue[:0] = queued
