@@ -35,7 +35,7 @@ RECORD = {"train/loss": 0.5, "train/lr": 0.01, "time/epoch_s": 0.0007, "time/eva
 
 
 class _Queue:
-    """A RunWriter's queueing side (``log_metrics`` as RunWriter does it, the light entities a job
+    """A RunWriter's queueing side (``log_epoch`` as RunWriter does it, the light entities a job
     that logs through its store process builds), without a store."""
 
     run_id, client, lost = "r", None, 0
@@ -49,6 +49,7 @@ class _Queue:
         self._summary: dict = {}
         self._Metric = Metric
         self.log_metrics = RunWriter.log_metrics.__get__(self)
+        self.log_epoch = RunWriter.log_epoch.__get__(self)
 
 
 def spread(values: list[float]) -> str:
