@@ -204,10 +204,14 @@ def run_fault(p: dict, folder: Path, t: checks.Tally) -> tuple[bool, str]:
                               f"{ORPHANS_S} s after the kill")
             faults.kill_left(left)
             did += f", its {len(sweep.orphans)} orphan(s) gone {time.monotonic() - killed_at:.1f} s after it"
-            # ok before the rerun: the runs that ended ok before the kill (the rerun's own end after it)
+            # ok before the rerun: the runs that ended ok before the kill (the rerun's own end after it),
+            # and those whose end had journaled outcome=ok, killed before they closed the run (the
+            # rerun's start closes them as they ended, and skips their jobs)
             client = MlflowClient(uri)
             jobs = checks.job_runs(client, experiment)[1]
-            ok_before = checks.ok_by_config([r for r in jobs if (r.info.end_time or killed_ms) < killed_ms])
+            ended_ok = checks.journaled_ok(journals)
+            ok_before = checks.ok_by_config([r for r in jobs if (r.info.end_time or killed_ms) < killed_ms
+                                             or r.info.run_id in ended_ok])
         checks.faulted_run(t, ended, sig if injected else None, jobs, planned)
         checks.rerun(t, again, ok_before)
         for run_id, records in checks.snapshot_journals(ckpt).items():

@@ -71,6 +71,17 @@ def snapshot_journals(checkpoints: Path) -> dict[str, list[dict]]:
     return out
 
 
+def journaled_ok(journals: dict[str, list[dict]]) -> set[str]:
+    """The run ids whose journal (:func:`snapshot_journals`) holds the tag ``outcome=ok`` last:
+    their job's end had logged it, whether or not it closed the run."""
+    out = set()
+    for run_id, records in journals.items():
+        outcomes = [r["tags"][names.OUTCOME_TAG] for r in records if names.OUTCOME_TAG in (r.get("tags") or {})]
+        if outcomes and outcomes[-1] == names.OK:
+            out.add(run_id)
+    return out
+
+
 def job_runs(client, experiment: str) -> tuple[list, list]:
     """(the sweep parent runs, the job runs) of ``experiment``; both empty when it does not exist."""
     exp = client.get_experiment_by_name(experiment)
