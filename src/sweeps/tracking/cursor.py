@@ -6,12 +6,11 @@ The run's writer queues each journaled epoch's values followed by the epoch's nu
 were all in that batch or in earlier ones, with nothing before them refused. The file then reads
 ``{"epoch": E}``.
 
-A replay sends only the journal's epochs after E (:meth:`~sweeps.tracking.writer.RunWriter.replay`:
-a resumed job, or a later start closing a run whose process died). It does not read every metric's
-history from the store first: 10,000 epochs of ~20 metrics are ~200,000 rows. Each value keeps its
-record's timestamp. So a value the store took after the cursor was last written (the process was
-killed between the commit and the write, or its store process finished a batch after it died) is
-the same row again, and MLflow's SQL store keeps one.
+A replay looks only at the journal's epochs after E (:meth:`~sweeps.tracking.writer.RunWriter.replay`:
+a resumed job, or a later start closing a run whose process died), asks the store which of their
+values it holds already (the cursor lags a batch where the process was killed between the commit
+and the write, or its store process finished a batch after it died) and sends the rest. It does not
+read every metric's whole history: 10,000 epochs of ~20 metrics are ~200,000 rows.
 
 The cursor may lag behind the store by a batch, never lead it: it is written after the commit. It is
 written whole (a temporary file, then a rename), so a kill mid-write leaves the earlier cursor.
