@@ -139,6 +139,7 @@ def test_cuda_without_gpu_is_unavailable(tmp_path, tiny, in_process):
     (run,) = runs(tmp_path)
     assert run.data.tags["outcome"] == "unavailable"
     assert "device=cuda" in run.data.tags["error"]
+    assert not list((tmp_path / "checkpoints").glob("*/*")), "its run folder is left: a rerun adds another"
 
 
 def test_a_store_failing_while_the_sweep_opens_stops_it_in_one_line(tmp_path, monkeypatch):

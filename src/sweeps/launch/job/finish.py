@@ -41,7 +41,8 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     """Close ``job`` (a :class:`~sweeps.launch.job.lifecycle.JobRun`) with ``outcome`` and the one-line
     ``error``: job-level metrics (:meth:`Task.summarize` of its records, telemetry), artifacts
     (``epochs.csv``, ``telemetry.csv``/``.png``), the ``outcome``/``error`` tags and the run
-    status, then the run's folder (checkpoints, journal) cleared once done and every value sent.
+    status, then the run's folder (checkpoints, journal) cleared once done and every value sent, or
+    once unavailable (no epoch ran; a rerun starts a new run).
     A run the store did not let it close keeps its folder, with the outcome
     (:func:`~sweeps.tracking.resume.keep_unclosed`), for the next start to close it. The queued
     metric values are handed to the store process first (:meth:`RunWriter.send_later`): MLflow ingests them while this process
@@ -138,6 +139,8 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
             resume.clear_finished(job.cfg.checkpoint.dir, job.config_hash, job.client, job.writer.run_id)
         except Exception as e:  # noqa: BLE001 (a leftover folder costs disk, not a result)
             log.warning("job %s: earlier runs' folders not cleared (%s)", job.name, describe(e))
+    elif outcome == names.UNAVAILABLE and getattr(job, "checkpoints", None) is not None:
+        job.checkpoints.clear()  # no epoch ran and a rerun starts a new run: its folder would only pile up
     try:  # the description last and apart: a store refusing it costs the description, not the outcome
         job.writer.post(f"the description of run {job.writer.run_id}", describe_run, job.writer.run_id,
                         outcome, error)  # where the store is: the next job starts meanwhile
