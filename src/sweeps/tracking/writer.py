@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps import names
 from sweeps.tracking.batches import MetricBatches, now_ms
-from sweeps.tracking.records import RecordLog
+from sweeps.tracking.cursor import Cursor
+from sweeps.tracking.records import RECORDS, RecordLog
 from sweeps.tracking.series import in_series
 from sweeps.tracking.store import quiet_sqlite
 from sweeps.tracking.store_client import in_store
@@ -65,6 +66,13 @@ class RunWriter(MetricBatches):
         if read_summary:
             job._summary = dict(client.get_run(run_id).data.metrics)
         return job
+
+    def keep_in(self, folder: Path) -> None:
+        """Keep the run's records in its ``folder`` (beside its checkpoints and epoch journal):
+        params, tags and texts journaled before they are sent (:data:`~sweeps.tracking.records.RECORDS`),
+        and the :attr:`cursor`, how far the journal has reached MLflow."""
+        self.records = RecordLog(folder / RECORDS)
+        self.cursor = Cursor(folder)
 
     def log_params(self, params: dict[str, Any]) -> None:
         """Log ``params`` (see :meth:`set_tags` for when the store takes them, and what a kill

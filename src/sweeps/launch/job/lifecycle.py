@@ -32,9 +32,7 @@ from sweeps.tasks.base import Task, create, settings_of_other_tasks
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import inputs, naming, resume, series, store, store_processes
 from sweeps.provenance.machine import environment_tags, fingerprint_json
-from sweeps.tracking.cursor import Cursor
 from sweeps.tracking.epochs import JOURNAL, EpochLog, read_journal
-from sweeps.tracking.records import RECORDS, RecordLog
 from sweeps.tracking.writer import RunWriter
 from sweeps.train import host_heap
 from sweeps.train.checkpoint import Checkpoints
@@ -111,8 +109,7 @@ class JobRun:
             self.resume_state = Checkpoints(run_dir, 0, cfg.checkpoint.keep).load_latest()
         if self.resume_state is not None:
             self.writer = RunWriter.attach(self.client, self.previous.info.run_id)
-            self.writer.records = RecordLog(run_dir / RECORDS)  # journaled before they are sent
-            self.writer.cursor = Cursor(run_dir)  # how far the journal reached MLflow
+            self.writer.keep_in(run_dir)  # params, tags, texts journaled before they are sent; the cursor
             self.writer.every_epochs, self.writer.every_evaluated = series.of_config(cfg)  # before the replay below
             self.writer.set_tags({**tags, names.RESUMED_TAG: "true", names.ERROR_TAG: ""})
             parent, before = parent_run.get("parent_run_id") if self.multirun else None, self.previous.data.tags.get(names.PARENT_RUN_TAG)
@@ -132,8 +129,7 @@ class JobRun:
                                     parent, {**environment_tags(), names.OVERRIDES_TAG: self.name, **tags})
             self.writer.every_epochs, self.writer.every_evaluated = series.of_config(cfg)
             run_dir = root / self.writer.run_id
-            self.writer.records = RecordLog(run_dir / RECORDS)  # journaled before they are sent
-            self.writer.cursor = Cursor(run_dir)  # how far the journal reached MLflow
+            self.writer.keep_in(run_dir)  # params, tags, texts journaled before they are sent; the cursor
             if not parent:  # a run of its own is named by its own id, known only now
                 self.client.update_run(self.writer.run_id, name=naming.with_id(title, self.writer.run_id))
             self.writer.log_params({**store.flatten(cfg, self.task.other_settings), **self.choices})
