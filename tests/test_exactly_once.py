@@ -3,7 +3,8 @@
 A job SIGKILLed just after its writer posted a batch, then rerun at once: the rerun replays the
 dead job's journal while the dead job's store process may still ingest that batch. Both carry the
 epoch's own timestamp (``names.TIMESTAMP_MS``), so MLflow's SQL store, which keys a value by
-(key, timestamp, step, value), keeps one row."""
+(key, timestamp, step, value), keeps one row; and the rerun first waits for the run's ship lock,
+which that store process holds until it has answered everything (``sweeps.tracking.cursor``)."""
 from __future__ import annotations
 
 import os
@@ -362,3 +363,132 @@ def test_a_resumed_job_killed_again_never_has_the_epochs_it_ran_again_replayed(t
     assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1
     for key in (names.TRAIN_LOSS, names.EPOCH_S):
         assert _steps(client, run_id, key) == list(range(1, 9)), key
+
+
+_SHIPPER = """
+import sys, time
+from pathlib import Path
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+from sweeps import names
+from sweeps.tracking import cursor
+from sweeps.tracking.epochs import read_journal
+uri, run_id, folder, wait_s = sys.argv[1:5]
+client = MlflowClient(uri)
+cursor.hold(client, folder)
+print("holding", flush=True)
+time.sleep(float(wait_s))  # the batch and tags the dead job had sent it, answered late (a busy core)
+client.set_tag(run_id, names.OUTCOME_TAG, names.RUNNING)
+values = [Metric(k, v, r[names.TIMESTAMP_MS], r["epoch"]) for r in read_journal(Path(folder) / "epochs.jsonl")
+          for k, v in r.items() if "/" in k]
+client.log_batch(run_id, metrics=values)
+"""
+
+
+def _killed_run_with_a_shipper(tmp_path, wait_s: float):
+    """A run whose job was killed after journaling epochs 1-5 and whose store process lives on,
+    holding the run's ship lock, and answers the job's last posts (``outcome=running``, the five
+    epochs' values) ``wait_s`` seconds later: (client, experiment, run id, the shipper's process)."""
+    import socket
+
+    from sweeps import names
+    from sweeps.tracking.epochs import JOURNAL, EpochLog
+    from sweeps.tracking.store import open_client
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = open_client(uri)
+    experiment = client.create_experiment("race")
+    tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: "h1",
+            names.OUTCOME_TAG: names.RUNNING}
+    run_id = client.create_run(experiment, run_name="killed", tags=tags).info.run_id
+    folder = tmp_path / "checkpoints" / "h1" / run_id
+    epochs = EpochLog(None, folder / JOURNAL, regression=False)
+    for e in range(1, 6):
+        epochs.append({"epoch": e, names.TRAIN_LOSS: 1.0 / e, names.EPOCH_S: 0.01 * e})
+    epochs.close()
+    shipper = subprocess.Popen([sys.executable, "-c", _SHIPPER, uri, run_id, str(folder), str(wait_s)],
+                               stdout=subprocess.PIPE, text=True)
+    assert shipper.stdout.readline().strip() == "holding"
+    return client, experiment, run_id, shipper
+
+
+def test_a_rerun_closes_a_killed_run_only_after_its_dead_jobs_store_process_has_shipped_what_it_was_sent(
+        tmp_path, caplog):
+    """kill -9 of a job and a quick rerun: the dead job's store process still holds the run's ship
+    lock and answers the job's last posts 1.5 s later. The rerun's start waits for it, saying
+    which process it waits for, then replays nothing twice and closes the run as killed — the dead
+    job's late ``outcome=running`` does not land over it (without the wait it did)."""
+    from sweeps import names
+    from sweeps.tracking import resume
+
+    client, experiment, run_id, shipper = _killed_run_with_a_shipper(tmp_path, wait_s=1.5)
+    try:
+        with caplog.at_level("INFO", logger="sweeps"):
+            assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1
+        ended_first = shipper.poll()
+        assert shipper.wait(timeout=60) == 0  # whatever it still had to send is in now
+    finally:
+        shipper.kill()
+        shipper.wait()
+    run = client.get_run(run_id)
+    assert (run.info.status, run.data.tags[names.OUTCOME_TAG]) == ("KILLED", names.KILLED)
+    assert ended_first == 0, "the replay went on while the dead job's store process still shipped"
+    assert f"waiting for process {shipper.pid}" in caplog.text
+    for key in (names.TRAIN_LOSS, names.EPOCH_S):
+        assert sorted(m.step for m in client.get_metric_history(run_id, key)) == [1, 2, 3, 4, 5], key
+
+
+def test_a_shipper_that_never_ends_holds_a_rerun_up_for_the_bounded_wait_only(tmp_path, caplog):
+    """A dead job's store process that does not finish (a store that hangs it): the rerun's start
+    waits ``timeout_s``, warns naming it, and replays and closes the run anyway."""
+    from sweeps import names
+    from sweeps.tracking import cursor, resume
+
+    client, experiment, run_id, shipper = _killed_run_with_a_shipper(tmp_path, wait_s=60)
+    try:
+        start = time.monotonic()
+        with caplog.at_level("INFO", logger="sweeps"):
+            assert not cursor.wait_for_shipper(tmp_path / "checkpoints" / "h1" / run_id, run_id, timeout_s=1.0)
+        assert 1.0 <= time.monotonic() - start < 5
+        assert f"process {shipper.pid} still ships its values" in caplog.text
+        shipper.kill()  # the lock goes with the process, however it ends
+        shipper.wait()
+        assert cursor.wait_for_shipper(tmp_path / "checkpoints" / "h1" / run_id, run_id, timeout_s=0)
+        assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1
+    finally:
+        shipper.kill()
+        shipper.wait()
+    assert client.get_run(run_id).data.tags[names.OUTCOME_TAG] == names.KILLED
+    assert len(client.get_metric_history(run_id, names.TRAIN_LOSS)) == 5
+
+
+def test_the_process_that_ingests_a_run_holds_its_ship_lock_from_its_start_to_its_end(tmp_path):
+    """A job's run holds its ship lock while it is open (an in-process client: the job's own
+    process ingests) and gives it back when it ends."""
+    import fcntl
+
+    from sweeps.tracking import cursor
+    from sweeps.tracking.store import open_client
+    from sweeps.tracking.writer import RunWriter
+
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    writer = RunWriter(client, client.create_experiment("lock"), "job", None, {})
+    folder = tmp_path / "checkpoints" / "h1" / writer.run_id
+    writer.keep_in(folder)
+
+    def free() -> bool:
+        fd = os.open(folder / cursor.SHIP_LOCK, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+
+    try:
+        assert not free()
+        assert (folder / cursor.SHIP_LOCK).read_text() == str(os.getpid())
+    finally:
+        writer.end("FINISHED")
+    assert free()

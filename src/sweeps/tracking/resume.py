@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from sweeps import names
 from sweeps.names import DONE, HASH_TAG, HOST_TAG, PID_TAG, RESUMED_TAG  # noqa: F401 (re-exported)
 from sweeps.errors import brief
-from sweeps.tracking import records, series
+from sweeps.tracking import cursor, records, series
 from sweeps.tracking.cursor import Cursor
 from sweeps.tracking.epochs import JOURNAL, read_journal
 
@@ -111,7 +111,9 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
     — the epochs the dead process had printed but not yet sent — is replayed into it, each
     (metric, epoch) once (:meth:`RunWriter.replay`: from the run's cursor, what the run lacks), and so are
     the params, tags and texts it had journaled but the store never took
-    (:mod:`sweeps.tracking.records`: ``run.jsonl`` beside the journal)."""
+    (:mod:`sweeps.tracking.records`: ``run.jsonl`` beside the journal). It first waits for the run's
+    ship lock (:func:`~sweeps.tracking.cursor.wait_for_shipper`): a dead job's store process that
+    still ingests what the job had sent it finishes before the replay reads what the run lacks."""
     host = socket.gethostname()
     stale = ended = 0
     for run in client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000):
@@ -123,6 +125,7 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
             continue
         folder = Path(checkpoint_dir) / tags[HASH_TAG] / run.info.run_id if checkpoint_dir and tags.get(HASH_TAG) else None
         if folder is not None:
+            cursor.wait_for_shipper(folder, run.info.run_id)  # its dead job's store process may still ingest
             _replay_records(client, run, folder)
             _replay_journal(client, run, folder / JOURNAL)
             if _close_ended(client, run.info.run_id, folder):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps import names
 from sweeps.tracking.batches import MetricBatches, now_ms
+from sweeps.tracking import cursor
 from sweeps.tracking.cursor import Cursor
 from sweeps.tracking.records import RECORDS, RecordLog
 from sweeps.tracking.series import in_series
@@ -46,6 +47,7 @@ class RunWriter(MetricBatches):
         # which epochs replay() sends: in_series(rec, every_epochs, every_evaluated) (sweeps.tracking.series)
         self.every_epochs, self.every_evaluated = 1, True
         self.records: RecordLog | None = None  # where params, tags, texts are journaled first (sweeps.tracking.records)
+        self._shipping: str | None = None  # the run folder whose ship lock the ingesting process holds (keep_in)
         self._start(client, run_id)
 
     @classmethod
@@ -70,9 +72,13 @@ class RunWriter(MetricBatches):
     def keep_in(self, folder: Path) -> None:
         """Keep the run's records in its ``folder`` (beside its checkpoints and epoch journal):
         params, tags and texts journaled before they are sent (:data:`~sweeps.tracking.records.RECORDS`),
-        and the :attr:`cursor`, how far the journal has reached MLflow."""
+        and the :attr:`cursor`, how far the journal has reached MLflow. Whoever ingests the run's
+        values holds its ship lock until :meth:`end` (:func:`~sweeps.tracking.cursor.hold`): a
+        replay after this process's death waits for it."""
         self.records = RecordLog(folder / RECORDS)
         self.cursor = Cursor(folder)
+        self._shipping = str(Path(folder).absolute())
+        self.post(f"the ship lock of run {self.run_id}", cursor.hold, self._shipping)
 
     def log_params(self, params: dict[str, Any]) -> None:
         """Log ``params`` (see :meth:`set_tags` for when the store takes them, and what a kill
@@ -178,6 +184,9 @@ class RunWriter(MetricBatches):
         self.records = None
         self.close()
         self.client.set_terminated(self.run_id, status)
+        if self._shipping:
+            self.post(f"the ship lock of run {self.run_id}", cursor.release, self._shipping)
+            self._shipping = None
 
 
 STEPS_PER_QUERY = 500  # steps asked of an SQL store at once (sqlite allows 32,766 bound values a query)
