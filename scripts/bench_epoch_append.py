@@ -4,11 +4,10 @@
 
     python scripts/bench_epoch_append.py [--repeats 5] [--epochs 3000]
 
-- ``journal + queue``: :meth:`EpochLog.append` as a job makes it (the line written and flushed,
-  the metrics queued on the run's :class:`RunWriter`; the queue is cleared, not sent: the
-  sending, in the writer's background thread and the store process, comes on top and is what
-  ``bench_job_overhead.py`` shows);
-- ``journal only``: the same without a run (a data-parallel rank other than 0): the line alone;
+- ``a job's append``: :meth:`EpochLog.append` as a job makes it, with a run (the line written and
+  flushed; the follower ships it from the journal in another process, which is what
+  ``bench_job_overhead.py`` shows on top);
+- ``journal only``: the same without a run (a data-parallel rank other than 0);
 - the other per-epoch pieces of :meth:`sweeps.train.loop.Trainer.fit`: the host-load window
   (:class:`sweeps.train.noise.HostLoad`, read at most every 0.1 s), the process RSS read for
   ``mem/epoch_peak_mb``, and the constant schedule's ``step()``.
@@ -34,22 +33,11 @@ RECORD = {"train/loss": 0.5, "train/lr": 0.01, "time/epoch_s": 0.0007, "time/eva
           "system/host/other_cpu_pct": 3.0, "samples": 1000, "steps": 1}
 
 
-class _Queue:
-    """A RunWriter's queueing side (``log_epoch`` as RunWriter does it, the light entities a job
-    that logs through its store process builds), without a store."""
+class _Run:
+    """A RunWriter as an epoch's append meets it (its pending values were sent at the first)."""
 
-    run_id, client, lost = "r", None, 0
-    every_epochs, every_evaluated = 1, True  # every epoch in the series: the most a job queues
-
-    def __init__(self):
-        from sweeps.tracking.entities import Metric
-        from sweeps.tracking.writer import RunWriter
-
-        self._queue: list = []
-        self._summary: dict = {}
-        self._Metric = Metric
-        self.log_metrics = RunWriter.log_metrics.__get__(self)
-        self.log_epoch = RunWriter.log_epoch.__get__(self)
+    def send_pending(self) -> None:
+        pass
 
 
 def spread(values: list[float]) -> str:
@@ -77,14 +65,12 @@ def main() -> None:
     process, host = psutil.Process(), HostLoad()
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
-            for name, queue in (("journal + queue (a job's append)", True), ("journal only (no run)", False)):
-                log = EpochLog(_Queue() if queue else None, Path(tmp) / name[:9] / "epochs.jsonl", regression=True,
+            for name, run in (("a job's append (journal line)", True), ("journal only (no run)", False)):
+                log = EpochLog(_Run() if run else None, Path(tmp) / name[:9] / "epochs.jsonl", regression=True,
                                log_every_s=3600)
 
                 def step(e, log=log):
                     log.append({"epoch": e, **RECORD})
-                    if log.writer is not None:
-                        log.writer._queue.clear()
                 results.setdefault(name, []).append(per_epoch_us(step, args.epochs))
                 log.close()
         results.setdefault("host-load window (HostLoad start+stop)", []).append(

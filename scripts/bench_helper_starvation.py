@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """A job's end on a busy machine: how long the job waits for its own helper processes (the store
-process and its background process) while other programs keep every core busy. The store process answers the run writer's background batches in a background process
-at the lowest CPU priority (killed and its batch answered at normal priority once the job waits
-for it, since 2026-11-26) (``sweeps.tracking.priority``: nice 19, ``SCHED_IDLE``) and every call the
-job waits for at normal priority (``sweeps.tracking.store_process``). Before 2026-11-26 it ran in
-a session of its own whose autogroup was at nice 19 too; now in the job's session. Prints figures with their spread (median
-[min, max] over ``--repeats``); asserts nothing.
+process and its follower process) while other programs keep every core busy. The follower ships
+the run's journal at the lowest CPU priority (``sweeps.tracking.priority``: nice 19,
+``SCHED_IDLE``); the store process answers every call the job waits for at normal priority, and
+at the job's end takes over from a follower that has not moved for 5 s
+(``sweeps.tracking.shipping``). Prints figures with their spread (median [min, max] over
+``--repeats``); asserts nothing.
 
     python scripts/bench_helper_starvation.py [--repeats 3] [--hogs N] [--apart] [--long]   # N: the core count by default
 
@@ -14,7 +14,7 @@ store) once on a quiet machine and once beside N busy loops (``while True: pass`
 started by this script: one session with the job, or with ``--apart`` a session of their own).
 The job: the tabular preset's model on scikit-learn's diabetes data, 3 epochs, CPU; with
 ``--long``, study 5's model for 3,000 epochs at one torch thread, every epoch in the MLflow
-series (~45,000 values), whose end waits for the store process to have ingested them. Every 0.1 s it reads the job's main thread and every thread of its helper processes
+series (~45,000 values), whose end waits for them to be in MLflow. Every 0.1 s it reads the job's main thread and every thread of its helper processes
 (``/proc/PID/task/TID/stat`` state; ``.../schedstat``: CPU time and time spent runnable but
 waiting for a core, in ns; man 5 proc). Figures per run:
 
@@ -45,7 +45,7 @@ JOB = ["model=mlp_tabular", "dataset=diabetes", "epochs=3", "device=cpu"]
 # a long series: 3,000 epochs x ~15 values, every one sent (the 320-point cap undone)
 LONG = ["+experiment=tabular_cpu_vs_gpu", "device=cpu", "dataset.train_size=1000", "epochs=3000",
         "mlflow.log_every_epochs=1", "mlflow.series_points=null", "device.threads=1"]
-HELPERS = (b"sweeps.tracking.store_process",)
+HELPERS = (b"sweeps.tracking.store_process", b"sweeps.tracking.follower")
 POLL_S = 0.1
 
 
@@ -68,7 +68,7 @@ def _read(pid: int | None, threads: str = "[0-9]*") -> tuple[str, float, float] 
 
 
 def _helper_pids(parent: int) -> list[int]:
-    """The store process started by process ``parent`` and its background process (those running
+    """The store process started by process ``parent`` and its follower process (those running
     now)."""
     found = []
     for path in glob.glob("/proc/[0-9]*/cmdline"):
@@ -92,7 +92,7 @@ def one_job(job: list[str]) -> dict[str, float]:
     last: dict[int, tuple[str, float, float]] = {}  # helper pid → its last reading
     stalled, scans = 0.0, 0
     while proc.poll() is None:
-        if scans % 10 == 0:  # a new helper (the background process restarts after a hurry): look once a second
+        if scans % 10 == 0:  # a new helper (a follower starts again after a take-over): look once a second
             last.update({pid: ("S", 0.0, 0.0) for pid in _helper_pids(proc.pid) if pid not in last})
         scans += 1
         mine = _read(proc.pid, str(proc.pid))  # the job's main thread

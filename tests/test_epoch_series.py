@@ -1,7 +1,7 @@
-"""Which epochs reach a run's MLflow series, on a real sqlite store: the job's epoch log
-queues those of the series (:func:`sweeps.tracking.series.in_series`) on the run's writer, the
-journal keeps every epoch, a full disk stops the journal and not the series, and a replay after a
-killed job thins the series as the job did."""
+"""Which epochs reach a run's MLflow series, on a real sqlite store: the follower ships those of
+the series (:func:`sweeps.tracking.series.in_series`) from the job's journal, the journal keeps
+every epoch, a full disk stops the journal and not the series, and a replay after a killed job
+thins the series as the job did."""
 from __future__ import annotations
 
 
@@ -17,7 +17,18 @@ from sweeps.tracking.writer import RunWriter
 def _run(tmp_path) -> tuple[MlflowClient, RunWriter]:
     tmp_path.mkdir(parents=True, exist_ok=True)
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")  # a new store as a job makes it
-    return client, RunWriter(client, client.create_experiment("w"), "job", None, {})
+    writer = RunWriter(client, client.create_experiment("w"), "job", None, {})
+    writer.keep_in(tmp_path / "run")  # its journal: run/epochs.jsonl
+    return client, writer
+
+
+def _finish(writer: RunWriter, log: EpochLog, status: str) -> None:
+    """The run's end as a job's makes it: its journal drained (from its records where the journal
+    could not hold them), then the run closed."""
+    writer.follow()
+    writer.drain(log.records[-1]["epoch"] if log.records else 0, log.records if log.unjournaled() else None)
+    assert writer.drained() == 0
+    writer.end(status)
 
 
 def _record(epoch: int) -> dict:
@@ -36,7 +47,7 @@ def test_a_thinned_series_holds_the_first_every_nth_and_the_last_epoch(tmp_path)
     for epoch in range(1, 2002):
         log.append(_record(epoch))
     log.close()
-    writer.end("FINISHED")
+    _finish(writer, log, "FINISHED")
     assert _steps(client, writer.run_id) == [1, *range(10, 2001, 10), 2001]
     assert len(read_journal(tmp_path / "run" / "epochs.jsonl")) == 2001  # the journal keeps every epoch
 
@@ -59,36 +70,37 @@ def test_a_full_disk_mid_job_stops_the_journal_and_not_the_series(tmp_path):
         log.append(_record(epoch))
     assert log.off  # said once, and the job goes on
     log.close()
-    writer.end("FINISHED")
+    _finish(writer, log, "FINISHED")
     assert _steps(client, writer.run_id) == list(range(1, 41))  # every epoch in the series
     assert [r["epoch"] for r in read_journal(tmp_path / "run" / "epochs.jsonl")] == list(range(1, 21))
     assert client.get_run(writer.run_id).data.tags[names.CHECKPOINTS_TAG].startswith("off: cannot append")
 
 
-@pytest.mark.parametrize("queued", [False, True], ids=["before-its-queueing", "after-its-queueing"])
-def test_a_signal_inside_an_epochs_append_still_gets_that_epoch_to_mlflow_once(tmp_path, queued):
-    # a SIGINT lands in the append of epoch 4, after its journal line (chaos seed 2915, fault 164):
-    # before its values were queued, or after; the job's end then closes the run as killed, and
-    # the run holds epochs 1-4, each once
+@pytest.mark.parametrize("journaled", [False, True], ids=["before-its-journal-line", "after-its-journal-line"])
+def test_a_signal_inside_an_epochs_append_still_gets_that_epoch_to_mlflow_once(tmp_path, journaled):
+    # a SIGINT lands in the append of epoch 4 (chaos seed 2915, fault 164): before its journal line
+    # was written, or after; the job's end then closes the run as killed, and the run holds
+    # epochs 1-4, each once
     client, writer = _run(tmp_path)
     journal = tmp_path / "run" / "epochs.jsonl"
     log = EpochLog(writer, journal, regression=True, log_every_s=3600)
     for epoch in range(1, 4):
         log.append(_record(epoch))
-    queue = writer.log_metrics
 
     def interrupted(*args, **kwargs):
-        if queued:
-            queue(*args, **kwargs)
         raise KeyboardInterrupt
 
-    writer.log_metrics = interrupted
+    if journaled:
+        log._console = interrupted
+    else:
+        write, log._file.write = log._file.write, interrupted
     with pytest.raises(KeyboardInterrupt):
         log.append(_record(4))
-    del writer.log_metrics
+    if not journaled:
+        log._file.write = write
     log.close()
-    writer.end("KILLED")
-    assert [r["epoch"] for r in read_journal(journal)] == [1, 2, 3, 4]
+    _finish(writer, log, "KILLED")
+    assert [r["epoch"] for r in read_journal(journal)] == ([1, 2, 3, 4] if journaled else [1, 2, 3])
     assert _steps(client, writer.run_id) == [1, 2, 3, 4]
     assert _steps(client, writer.run_id, names.EPOCH_S) == [1, 2, 3, 4]
 
@@ -107,7 +119,7 @@ def test_at_the_defaults_a_short_job_logs_every_epoch_and_a_long_one_at_most_ser
     for epoch in range(1, epochs + 1):
         log.append({**_record(epoch), names.TEST_RMSE: 1.0 / epoch})
     log.close()
-    writer.end("FINISHED")
+    _finish(writer, log, "FINISHED")
     steps = _steps(client, writer.run_id, names.TEST_RMSE)
     assert _steps(client, writer.run_id) == steps
     if epochs <= 320:

@@ -34,24 +34,26 @@ def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp
     import socket
 
     from sweeps import names
-    from sweeps.tracking import batches, resume, writer
+    from sweeps.tracking import batches, follower, resume
     from sweeps.tracking.epochs import JOURNAL, EpochLog
     from sweeps.tracking.store import open_client
 
-    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # the beat's longest wait: the dead job's beat sends nothing during the test
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("race")
     tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: "h1",
             names.OUTCOME_TAG: names.RUNNING}
     run_id = client.create_run(experiment, run_name="killed", tags=tags).info.run_id
-    dead = writer.RunWriter.attach(client, run_id, reopen=False)
-    epochs = EpochLog(dead, tmp_path / "checkpoints" / "h1" / run_id / JOURNAL, regression=False)
+    folder = tmp_path / "checkpoints" / "h1" / run_id
+    epochs = EpochLog(None, folder / JOURNAL, regression=False)
     for e in range(1, 6):
         epochs.append({"epoch": e, names.TRAIN_LOSS: 1.0 / e, names.EPOCH_S: 0.01 * e, names.TEST_ACC: float("nan")})
     epochs.close()
+    dead = follower.Followed(run_id, str(folder))  # the dead job's follower: read 1-5, asked the store, not yet sent
+    dead._read()
+    dead.checked = True
 
     assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1  # the rerun's start
-    dead.close()  # the dead job's posted batch, ingested after the replay
+    dead.ship(client, batches.sender(client), final=True)  # the dead job's batch, ingested after the replay
 
     for key in (names.TRAIN_LOSS, names.EPOCH_S, names.TEST_ACC):
         steps = sorted(m.step for m in client.get_metric_history(run_id, key))
@@ -238,23 +240,20 @@ def test_a_stale_runs_replay_starts_at_its_cursor_and_reads_no_metric_history(tm
     are found in the run and not sent again, and no metric's whole history is read (a 10,000-epoch
     run holds ~200,000 rows): each epoch is stored once and the cursor ends at 12."""
     from sweeps import names
-    from sweeps.tracking import batches, resume, writer
+    from sweeps.tracking import batches, follower, resume
     from sweeps.tracking.cursor import Cursor
     from sweeps.tracking.epochs import JOURNAL, EpochLog
     from sweeps.tracking.store import open_client
 
-    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # only the explicit flushes send
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("cursor")
     run_id = _killed_run(client, experiment)
     folder = tmp_path / "checkpoints" / "h1" / run_id
-    dead = writer.RunWriter.attach(client, run_id, reopen=False)
-    dead.cursor = Cursor(folder)
-    epochs = EpochLog(dead, folder / JOURNAL, regression=False)
+    epochs = EpochLog(None, folder / JOURNAL, regression=False)
     for e in range(1, 11):
         epochs.append(_record(e))
     epochs.close()
-    dead.close()
+    follower.Followed(run_id, str(folder)).ship(client, batches.sender(client))  # its follower's beats
     assert Cursor(folder).read() == 10
     late = EpochLog(None, folder / JOURNAL, regression=False)  # journaled, never sent
     for e in (11, 12):
@@ -275,20 +274,18 @@ def test_a_stale_runs_replay_starts_at_its_cursor_and_reads_no_metric_history(tm
     assert client.get_run(run_id).info.status == "KILLED"
 
 
-def test_the_cursor_stays_before_an_epoch_the_store_refused_until_a_replay_sends_it(tmp_path, monkeypatch):
-    """The store refuses epoch 3's batch (not a transient error: no retry) and takes 4-6: the
-    cursor stays at 2, so the replay that a job's end makes for what was lost (and a later start
-    would make) looks at epochs 3-6 and sends epoch 3 alone; then each epoch is stored once and
-    the cursor is at 6."""
+def test_the_cursor_stays_before_a_batch_the_store_refused_and_the_next_beat_sends_it(tmp_path):
+    """The follower ships epochs 1-2; the store refuses the batch of epochs 3-6 (not a transient
+    error: no retry). The cursor stays at 2 and nothing of 3-6 is stored; the next beat sends the
+    same epochs from the journal, then each epoch is stored once and the cursor is at 6."""
     from mlflow.exceptions import MlflowException
 
     from sweeps import names
-    from sweeps.tracking import batches, writer
+    from sweeps.tracking import batches, follower
     from sweeps.tracking.cursor import Cursor
     from sweeps.tracking.epochs import JOURNAL, EpochLog
     from sweeps.tracking.store import open_client
 
-    monkeypatch.setattr(batches, "FLUSH_S", 30.0)
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run_id = client.create_run(client.create_experiment("cursor")).info.run_id
     refused = []
@@ -298,17 +295,19 @@ def test_the_cursor_stays_before_an_epoch_the_store_refused_until_a_replay_sends
             refused.append(3)
             raise MlflowException("INVALID_PARAMETER_VALUE: refused for the test")
 
-    job = writer.RunWriter.attach(_Store(client, log_batch=refuse_epoch_3), run_id, reopen=False)
-    job.cursor = Cursor(tmp_path)
-    epochs = EpochLog(job, tmp_path / JOURNAL, regression=False)
-    for e in range(1, 7):
+    store_ = _Store(client, log_batch=refuse_epoch_3)
+    epochs = EpochLog(None, tmp_path / JOURNAL, regression=False)
+    shipper = follower.Followed(run_id, str(tmp_path))
+    for e in range(1, 3):
         epochs.append(_record(e))
-        job.flush()  # one batch an epoch
-    assert refused and job.lost == 2 and Cursor(tmp_path).read() == 2
-    assert _steps(client, run_id, names.TRAIN_LOSS) == [1, 2, 4, 5, 6]
-    assert job.replay(epochs.records) == 2  # epoch 3's two values: the run holds 4-6
+    assert shipper.ship(store_, batches.sender(store_)) == 0 and Cursor(tmp_path).read() == 2
+    for e in range(3, 7):
+        epochs.append(_record(e))
+    assert shipper.ship(store_, batches.sender(store_)) == 8  # refused: two values of each of 3-6 left
+    assert refused and Cursor(tmp_path).read() == 2
+    assert _steps(client, run_id, names.TRAIN_LOSS) == [1, 2]
+    assert shipper.ship(store_, batches.sender(store_), final=True) == 0  # the next beat
     epochs.close()
-    job.close()
     for key in (names.TRAIN_LOSS, names.EPOCH_S):
         assert _steps(client, run_id, key) == [1, 2, 3, 4, 5, 6], key
     assert Cursor(tmp_path).read() == 6
@@ -326,7 +325,7 @@ def test_a_resumed_job_killed_again_never_has_the_epochs_it_ran_again_replayed(t
     of 4-6 again: each (metric, epoch) is stored once."""
     from sweeps import names
     from sweeps.launch.job import lifecycle
-    from sweeps.tracking import batches, resume
+    from sweeps.tracking import batches, resume, shipping
     from sweeps.train.loop import Trainer
 
     tiny = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1,8,8]",
@@ -350,10 +349,10 @@ def test_a_resumed_job_killed_again_never_has_the_epochs_it_ran_again_replayed(t
 
     def died(job, *args):
         job.epochs.close()
-        job.writer._wake.set()  # its beat stops, sending nothing
+        shipping.shipping(job.client)._thread.take(job.run_id)  # its follower (a thread here) stops with it
         raise _Died
 
-    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # the rerun's beat sends nothing before it dies
+    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # the rerun's follower ships nothing before it dies
     monkeypatch.setattr(lifecycle, "finish", died)
     with pytest.raises(_Died):
         in_process(tiny)

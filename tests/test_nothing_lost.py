@@ -378,9 +378,9 @@ def test_a_failed_jobs_run_left_open_keeps_its_folder_when_closed_later(tmp_path
 
 
 def test_a_writer_whose_store_stays_down_gives_up_after_down_s_and_then_tries_once_a_flush(tmp_path, monkeypatch):
-    """A tracking server that went away: the writer retries its first batch until the store has
-    not answered for DOWN_S, then counts that batch and the rest of the flush lost without a call
-    (they are in the journal); a later flush tries once. MLflow's own retries are switched off here
+    """A tracking server that went away: the writer's sender retries its first batch until the
+    store has not answered for DOWN_S, then counts that batch and the rest of the send lost without
+    a call (kept for the run's later close); a later flush tries once. MLflow's own retries are switched off here
     so each call fails at once (a refused connection)."""
     import socket
 
@@ -404,7 +404,7 @@ def test_a_writer_whose_store_stays_down_gives_up_after_down_s_and_then_tries_on
         for epoch in range(1, 201):  # 2,000 values: two batches
             writer.log_metrics({f"train/m{i}": float(i) for i in range(10)}, step=epoch)
         writer.flush()
-        assert writer.lost == 2000 and writer.down
+        assert writer.lost == 2000 and batches.sender(client).down
         assert 2 <= len(calls) <= 21 and set(calls) == {1000}  # the first batch retried; the second never sent
         calls.clear()
         writer.log_metrics({"train/loss": 1.0}, step=201)
@@ -414,9 +414,7 @@ def test_a_writer_whose_store_stays_down_gives_up_after_down_s_and_then_tries_on
         writer.flush()
         assert writer.unsent_tags == {"sweeps.device": "cpu"}  # kept for the run's later close
     finally:
-        writer._closed = True
-        writer._wake.set()
-        writer._thread.join(timeout=10)
+        writer.close()
 
 
 def test_a_stale_runs_replay_sends_the_points_its_series_stride_holds(tmp_path):

@@ -4,14 +4,11 @@ real sqlite store, read back with a plain MlflowClient; its errors; its death mi
 logged is lost); a store it cannot open; which command lines start one."""
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import signal
 import sqlite3
-import struct
 import sys
-import termios
 import threading
 import time
 
@@ -25,7 +22,9 @@ from sweeps import names
 from sweeps.errors import UsageError
 from sweeps.telemetry import plot
 from sweeps.telemetry.sampler import Telemetry
-from sweeps.tracking import batches, inputs, priority
+from sweeps.tracking import inputs, priority
+from sweeps.tracking.cursor import Cursor
+from sweeps.tracking.epochs import JOURNAL, EpochLog
 from sweeps.tracking.store_client import RemoteClient, StoreError
 from sweeps.tracking.store_processes import _runs_jobs
 from sweeps.tracking.store_service import StoreService
@@ -60,17 +59,19 @@ def test_a_jobs_store_calls_land_in_the_store_through_its_process(service, caplo
         writer.log_metrics({names.EPOCH_S: 0.5 * epoch, names.TRAIN_LOSS: 1.0 / epoch}, step=epoch)
     writer.log_text("a,b\n1,2\n", "epochs.csv")
     writer.log_bytes(plot.render(_telemetry(), "mlp b64 cpu"), "telemetry.png")
-    # the job's end posts its queued values (MLflow ingests them while the job goes on); a post the
-    # store refuses is a warning, its values go back on the queue, and the answers after it stay in order
+    # the job posts its pending values (MLflow ingests them while the job goes on); a post the
+    # store refuses is a warning, its values are counted lost (kept for a later start), and the
+    # answers after it stay in order
     with caplog.at_level(logging.WARNING, logger="sweeps"):
-        writer.send_later()
+        writer.send_pending()
         gone = RunWriter.attach(client, "0" * 32, reopen=False)
         gone.log_metrics({names.EPOCH_S: 1.0}, step=1)
-        gone.send_later()
+        gone.send_pending()
         assert client.get_run(writer.run_id).data.params["batch"] == "64"
     failed = [r.getMessage() for r in caplog.records if "not logged" in r.getMessage()]
-    assert len(failed) == 1 and failed[0].startswith("MLflow: 1 metric value(s) not logged (MlflowException: "), failed
-    assert [m.key for m in gone._queue] == [names.EPOCH_S]  # sent again by its flush, with retries
+    assert len(failed) == 1 and failed[0].startswith(f"MLflow: 1 value(s) and 0 tag(s) of run {'0' * 32} not logged "
+                                                     "(MlflowException: "), failed
+    assert gone.lost == 1
     inputs.log_job_data(writer, OmegaConf.create({"name": "diabetes", "root": None}), "generated:diabetes", (10,),
                         354, 88, True)
     mirrored = client.get_run(writer.run_id)  # read back through the process: attributes as MLflow's
@@ -131,7 +132,7 @@ def test_a_store_process_killed_mid_job_loses_nothing(service, caplog):
     # posted (5 batches: ~1 s of MLflow's ingestion), then the process dies before answering it,
     # having committed some of them or none: it runs here, and each value lands once
     writer.log_series(names.TRAIN_LOSS, [1.0 / i for i in range(1, 5001)])
-    writer.send_later()
+    writer.send_pending()
     os.kill(service.proc.pid, signal.SIGKILL)
     service.proc.wait(timeout=10)
     with caplog.at_level(logging.WARNING, logger="sweeps"):
@@ -142,33 +143,6 @@ def test_a_store_process_killed_mid_job_loses_nothing(service, caplog):
     real = MlflowClient(service.uri)
     _assert_whole(real, writer.run_id)
     assert sorted(m.step for m in real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) == list(range(1, 5001))
-
-
-@pytest.mark.slow  # a store process of its own (~5 s)
-def test_the_cursor_waits_for_a_posted_batch_the_store_refuses_while_the_beat_sends_a_later_one(
-        service, tmp_path, monkeypatch, caplog):
-    """A job's end posts its queued epochs 1-2 (``send_later``), a batch the store refuses (a
-    metric name MLflow rejects) and says so while the writer's beat sends epoch 3, which it takes.
-    Epochs 1-2 go back on the queue ahead of epoch 3, so the run's cursor (``shipped.json``) must
-    not move to 3: a kill now leaves them to the next start, which replays after the cursor."""
-    from sweeps.tracking.cursor import Cursor
-
-    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # only the explicit flushes send
-    client, experiment_id = service.opened()
-    writer = RunWriter(client, experiment_id, "job", None, {})
-    writer.cursor = Cursor(tmp_path)
-    writer.log_epoch({names.TRAIN_LOSS: 1.0, "refused!": 1.0}, 1, 1_000)
-    writer.log_epoch({names.TRAIN_LOSS: 0.5}, 2, 2_000)
-    writer.send_later()
-    writer.log_epoch({names.TRAIN_LOSS: 0.3}, 3, 3_000)
-    with caplog.at_level(logging.WARNING, logger="sweeps"):
-        writer.flush(most=10)  # the beat's send: it reads the refusal first, then sends epoch 3
-    assert any("metric value(s) not logged" in r.getMessage() for r in caplog.records)
-    real = MlflowClient(service.uri)
-    assert [m.step for m in real.get_metric_history(writer.run_id, names.TRAIN_LOSS)] == [3]
-    assert Cursor(tmp_path).read() is None
-    writer.close()  # epochs 1-2 refused again: lost, so the cursor stays
-    assert Cursor(tmp_path).read() is None and writer.lost == 3
 
 
 JOB_THAT_DIES = """
@@ -252,7 +226,7 @@ def _parent(pid: int) -> int | None:
 
 
 def _store_processes(pid: int) -> list[int]:
-    """Store processes (``sweeps.tracking.store_process``, not their background process) among the
+    """Store processes (``sweeps.tracking.store_process``, not their follower process) among the
     descendants of process ``pid``. A store process's own children are not searched: its one child
     is its background process, which between its fork and its exec still shows the store
     process's command line (a background process is restarted after the job hurried it)."""
@@ -268,9 +242,9 @@ def _store_processes(pid: int) -> list[int]:
                     argv = f.read().split(b"\0")
             except OSError:
                 continue
-            if b"sweeps.tracking.store_process" in argv and b"--background" not in argv:
+            if b"sweeps.tracking.store_process" in argv:
                 found.append(kid)
-            elif b"--background" not in argv:
+            else:
                 todo.append(kid)
     return found
 
@@ -317,25 +291,6 @@ def test_a_sweeps_jobs_log_through_a_store_process_where_they_run_in_the_sweeps_
     assert parents and sweep_pid["pool of 2"] not in parents, (seen, sweep_pid)
 
 
-def _background_calls(client: RemoteClient, until: int = os.SCHED_IDLE, probe=thread_probe.scheduling) -> list[tuple]:
-    """Make background calls (from a thread lowered alone, as the run writer's) until one is
-    answered by a thread of scheduling policy ``until`` (SCHED_IDLE: the store process's
-    background process); what ``probe`` said of the thread that answered each (scheduling
-    policy, nice[, process id])."""
-    seen: list = []
-
-    def lowered_caller() -> None:
-        priority.lowest(threading.get_native_id())
-        deadline = time.monotonic() + 180  # SCHED_IDLE: the other test worker may keep both cores busy for minutes
-        while (not seen or seen[-1][0] != until) and time.monotonic() < deadline:
-            seen.append(tuple(client.run(probe)))
-            time.sleep(0.05)
-    caller = threading.Thread(target=lowered_caller)
-    caller.start()
-    caller.join(200)
-    return seen
-
-
 def _schedule_threads(pid: int, policy: int, nice: int) -> None:
     """Every thread of process ``pid`` at ``policy`` and ``nice`` (Linux: both are per thread)."""
     for tid in map(int, os.listdir(f"/proc/{pid}/task")):
@@ -346,43 +301,46 @@ def _schedule_threads(pid: int, policy: int, nice: int) -> None:
             pass
 
 
-def _unread_requests(background: int) -> int:
-    """Bytes waiting in the requests pipe of ``background`` (a store process's background
-    process; the pipe's read end is its fd named in its command line, opened again through
-    /proc: FIONREAD counts them without reading one)."""
-    with open(f"/proc/{background}/cmdline", "rb") as f:
-        fd = int(f.read().split(b"\0")[3])  # python -m sweeps.tracking.store_process REQUESTS ANSWERS PARENT --background
-    own = os.open(f"/proc/{background}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        return struct.unpack("i", fcntl.ioctl(own, termios.FIONREAD, b"\0" * 4))[0]
-    finally:
-        os.close(own)
-
-
-def _background_up(client: RemoteClient, pid: int) -> tuple[int, tuple[int, int]]:
-    """Wait until the background process of store process ``pid`` answers a background call:
-    (the process id that answered the first one, what a last one ran at: scheduling policy,
-    nice). Its start — importing mlflow and opening
-    the store, seconds of CPU — runs at SCHED_IDLE by design, and beside the other test worker's
-    busy cores (the chaos test's) it did not answer in 200 s (CI, 2026-11-27): a test that only
-    needs it up runs that start at normal priority where it may (once it has lowered itself,
-    which it does first), then lowers it again."""
+def _follower_of(store_pid: int) -> int:
+    """The follower process of store process ``store_pid`` (its one child), once started."""
     deadline = time.monotonic() + 60
-    while not _children(pid) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        for kid in _children(store_pid):
+            with open(f"/proc/{kid}/cmdline", "rb") as f:  # between its fork and its exec: the parent's
+                if b"sweeps.tracking.follower" in f.read().split(b"\0"):
+                    return kid
         time.sleep(0.02)
-    (background,) = _children(pid)
-    while os.sched_getscheduler(background) != os.SCHED_IDLE and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert os.sched_getscheduler(background) == os.SCHED_IDLE  # it lowers itself before its imports
+    raise AssertionError(f"store process {store_pid} started no follower in 60 s")
+
+
+def _job_following(client, experiment_id: str, folder) -> tuple[RunWriter, EpochLog]:
+    writer = RunWriter(client, experiment_id, "job", None, {})
+    writer.keep_in(folder / writer.run_id)
+    epochs = EpochLog(writer, folder / writer.run_id / JOURNAL, regression=False)
+    writer.follow()
+    return writer, epochs
+
+
+def _append(epochs: EpochLog, first: int, last: int) -> None:
+    for e in range(first, last + 1):
+        epochs.append({"epoch": e, names.TRAIN_LOSS: 1.0 / e, names.EPOCH_S: 0.01 * e})
+
+
+def _shipping(follower_pid: int, writer: RunWriter, epoch: int) -> None:
+    """Run the follower at normal priority until it has shipped ``epoch`` (its start — importing
+    mlflow and opening the store, seconds of CPU — runs at SCHED_IDLE by design, and beside the
+    other test worker's busy cores it may take minutes), then lower it again."""
     try:
-        _schedule_threads(background, os.SCHED_OTHER, 0)
+        _schedule_threads(follower_pid, os.SCHED_OTHER, 0)
         raised = True
     except OSError:  # not permitted (no CAP_SYS_NICE): it starts at its own priority, as users' do
         raised = False
-    first = _background_calls(client, os.SCHED_OTHER if raised else os.SCHED_IDLE, thread_probe.answering)
+    deadline = time.monotonic() + 180
+    while (Cursor(writer.cursor.path.parent).read() or 0) < epoch and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (Cursor(writer.cursor.path.parent).read() or 0) >= epoch
     if raised:
-        _schedule_threads(background, os.SCHED_IDLE, priority.LOWEST)
-    return first[0][2], _background_calls(client)[-1][:2]
+        _schedule_threads(follower_pid, os.SCHED_IDLE, priority.LOWEST)
 
 
 def _children(pid: int) -> list[int]:
@@ -403,15 +361,17 @@ def _cpu_s(pid: int, tid: int) -> float:
         return int(f.read().split()[0]) / 1e9
 
 
-@pytest.mark.slow  # a store process, probes and a 2,000-value batch at the lowest priority: ~6 s of the default run
-@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux: priorities and CPU time per thread")
-def test_the_store_process_answers_each_call_at_its_callers_priority(tmp_path, monkeypatch):
-    """The run writer's background thread is lowered alone (nice 19 under SCHED_IDLE: any
-    training thread that wakes preempts it at once), and the store process answers its batches in
-    a background process of its own lowered the same way; a call the job's thread waits for is answered at
-    that thread's normal priority, so on a busy machine the job's end does not wait for everyone.
-    The process shares the job's session (Linux's autogroup counts it with the job), in a process
-    group of its own (a Ctrl-C in the terminal does not reach it)."""
+@pytest.mark.slow  # a store process and its follower process: ~4 s of imports
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux: priorities per thread, /proc")
+def test_the_store_process_answers_at_normal_priority_and_its_follower_ships_at_the_lowest(tmp_path, monkeypatch):
+    """The store process answers every call at the job's own priority (a busy machine does not
+    make the job's end wait for everyone); its follower process ships the runs' journals lowered
+    whole (nice 19 under SCHED_IDLE: any training thread that wakes preempts it at once). Both
+    share the job's session (Linux's autogroup counts them with the job), in a process group of
+    their own (a Ctrl-C in the terminal does not reach them); the job's process has no thread of
+    its own for MLflow."""
+    import threading as threads
+
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
     service = StoreService()
     service.open(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp")
@@ -421,38 +381,24 @@ def test_the_store_process_answers_each_call_at_its_callers_priority(tmp_path, m
         assert os.getsid(pid) == os.getsid(0)
         assert os.getpgid(pid) == (pid if sys.version_info >= (3, 11) else os.getsid(pid))
         mine = (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))
-        assert tuple(client.run(thread_probe.scheduling)) == mine  # the job's thread waits: its own priority
-
-        answered_by, at = _background_up(client, pid)
-        # the background process starts once the store is open, lowered before its imports; a
-        # background call waits for its store to open and is answered by it (never by the store
-        # process meanwhile at normal priority, taking a core from the training)
-        (background,) = _children(pid)
-        assert answered_by == background and at == (os.SCHED_IDLE, priority.LOWEST)
-        assert (os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)) == mine  # this thread untouched
-        # answered by the store process's background process, lowered whole, with its own client
-        assert os.getpgid(background) == os.getpgid(pid)  # out of the terminal's Ctrl-C too
-        assert all(os.sched_getscheduler(int(t)) == os.SCHED_IDLE for t in os.listdir(f"/proc/{background}/task"))
-        assert os.getpriority(os.PRIO_PROCESS, background) == priority.LOWEST
+        assert tuple(client.run(thread_probe.scheduling)) == mine
+        follower = _follower_of(pid)
+        deadline = time.monotonic() + 30
+        while os.sched_getscheduler(follower) != os.SCHED_IDLE and time.monotonic() < deadline:
+            time.sleep(0.01)  # it lowers itself before its imports
+        assert all(os.sched_getscheduler(int(t)) == os.SCHED_IDLE for t in os.listdir(f"/proc/{follower}/task"))
+        assert os.getpriority(os.PRIO_PROCESS, follower) == priority.LOWEST
+        assert os.getpgid(follower) == os.getpgid(pid)
         assert [t for t in os.listdir(f"/proc/{pid}/task") if os.sched_getscheduler(int(t)) == os.SCHED_IDLE] == []
-
-        writer = RunWriter(client, experiment_id, "job", None, {})
-        deadline = time.monotonic() + 5
-        while os.sched_getscheduler(writer._thread.native_id) != os.SCHED_IDLE and time.monotonic() < deadline:
-            time.sleep(0.01)  # the thread lowers itself as it starts
-        assert os.sched_getscheduler(writer._thread.native_id) == os.SCHED_IDLE
-        assert os.getpriority(os.PRIO_PROCESS, writer._thread.native_id) == priority.LOWEST
-        # its beat's batch (2,000 values: ~0.3 s of MLflow's work) is answered on the lowered thread
-        cpu = {tid: _cpu_s(tid, tid) for tid in (pid, background)}
-        writer.log_series(names.TRAIN_LOSS, [1.0 / i for i in range(1, 2001)])
-        real = MlflowClient(service.uri)
-        deadline = time.monotonic() + 180  # answered under SCHED_IDLE: bounded, however busy the cores
-        while len(real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) < 2000 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert len(real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) == 2000
-        spent = {tid: _cpu_s(tid, tid) - cpu[tid] for tid in cpu}
-        assert spent[background] > 5 * spent[pid], spent
+        before = {t.name for t in threads.enumerate()}
+        writer, epochs = _job_following(client, experiment_id, tmp_path / "checkpoints")
+        _append(epochs, 1, 3)
+        _shipping(follower, writer, 3)
+        assert {t.name for t in threads.enumerate()} == before  # no writer thread in the job's process
+        writer.drain(3)
         writer.end("FINISHED")
+        assert sorted(m.step for m in MlflowClient(service.uri).get_metric_history(writer.run_id, names.EPOCH_S)) == \
+            [1, 2, 3]
     finally:
         service.close()
 
@@ -471,91 +417,75 @@ def _write_locked(db) -> bool:
         conn.close()
 
 
-@pytest.mark.slow  # a store process and its background process: ~6 s of imports
+@pytest.mark.slow  # a store process and its follower process: ~4 s of imports, 20,000 epochs
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux: SCHED_IDLE, /proc")
-def test_a_background_call_stuck_mid_transaction_does_not_hold_up_the_jobs_call(tmp_path, monkeypatch):
-    """On a machine whose cores other programs keep busy, a background call (the run writer's
-    batch, answered at the lowest priority) can stall holding sqlite's write lock; it held a 10,000-
-    epoch job's end 55 s. A call the job waits for (its end's tags) tells the store process to
-    hurry: the background process is killed (its transaction rolled back) and the held call is
-    answered at normal priority, then the job's. Each lands once, through the store process."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+def test_a_follower_stuck_mid_transaction_does_not_hold_up_the_jobs_end(tmp_path, monkeypatch):
+    """On a machine whose cores other programs keep busy, the follower (lowest priority) can stall
+    holding sqlite's write lock; a background batch stalled so held a 10,000-epoch job's end 55 s.
+    The job's end waits ``STALL_S`` for the follower's cursor, then the store process kills it
+    (its transaction rolled back, the lock free) and ships the rest at normal priority: every epoch
+    lands once, through the store process."""
     db = tmp_path / "mlflow.db"
     service = StoreService()
     service.open(f"sqlite:///{db}", "exp")
     try:
         client, experiment_id = service.opened()
-        run_id = client.create_run(experiment_id).info.run_id
-        assert _background_up(client, service.proc.pid)[1] == (os.SCHED_IDLE, priority.LOWEST)
-        held: list = []
-
-        def background_call() -> None:
-            priority.lowest(threading.get_native_id())
-            held.append(tuple(client.run(thread_probe.hold_the_store, str(db), run_id, "held")))
-        caller = threading.Thread(target=background_call, daemon=True)
-        caller.start()
-        deadline = time.monotonic() + 180  # the background process runs under SCHED_IDLE: bounded, however busy
-        while not _write_locked(db) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _write_locked(db)  # the background process is stuck mid-transaction
-        (stuck,) = _children(service.proc.pid)
-
-        answered: list = []
-        job = threading.Thread(target=lambda: answered.append(client.set_tag(run_id, names.OUTCOME_TAG, "ok")),
-                               daemon=True)
-        job.start()
-        job.join(60)
-        caller.join(60)
-        assert answered == [None] and not caller.is_alive()
-        # the held call was answered again by the store process's main thread, at normal priority
-        assert held == [(os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0))]
-        assert stuck not in _children(service.proc.pid) and not _write_locked(db)
-        assert service._local is None  # still through the store process: the job never opened the store
+        follower = _follower_of(service.proc.pid)
+        writer, epochs = _job_following(client, experiment_id, tmp_path / "checkpoints")
+        _append(epochs, 1, 1)
+        _shipping(follower, writer, 1)
+        _schedule_threads(follower, os.SCHED_OTHER, 0)  # quick, to be caught inside a transaction
+        _append(epochs, 2, 20_000)
+        deadline, stuck = time.monotonic() + 120, False
+        while not stuck and time.monotonic() < deadline:
+            if _write_locked(db):
+                os.kill(follower, signal.SIGSTOP)
+                stuck = _write_locked(db)
+                if not stuck:
+                    os.kill(follower, signal.SIGCONT)
+        assert stuck, "the follower was never caught inside a transaction"
+        start = time.monotonic()
+        writer.drain(20_000)
+        writer.set_tags({names.OUTCOME_TAG: "ok"})
+        assert writer.drained() == 0
+        writer.end("FINISHED")
+        assert time.monotonic() - start < 60 and follower not in _children(service.proc.pid)
+        assert not _write_locked(db) and service._local is None  # still through the store process
         real = MlflowClient(service.uri)
-        assert [m.value for m in real.get_metric_history(run_id, "held")] == [1.0]
-        assert real.get_run(run_id).data.tags[names.OUTCOME_TAG] == "ok"
+        assert sorted(m.step for m in real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) == \
+            list(range(1, 20_001))
+        assert real.get_run(writer.run_id).data.tags[names.OUTCOME_TAG] == "ok"
     finally:
         service.close()
 
 
-@pytest.mark.slow  # a store process and its background process: ~6 s of imports
+@pytest.mark.slow  # a store process and its follower process: ~4 s of imports
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux: SCHED_IDLE, /proc")
-def test_a_jobs_end_does_not_wait_for_a_starved_background_batch(tmp_path, monkeypatch):
-    """The background process gets no CPU (stopped: what two busy loops do to a SCHED_IDLE process)
-    while the run writer's beat sends a batch through it; the job's end — its queued values posted
-    (``RunWriter.send_later``), then ``RunWriter.end`` — has the store process hurry that batch,
-    stops the beat after it and sends the rest itself: it returns, and every value lands once."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])))
+def test_a_jobs_end_does_not_wait_for_a_starved_follower(tmp_path, monkeypatch):
+    """The follower gets no CPU (stopped: what two busy loops do to a SCHED_IDLE process) with
+    2,500 epochs to ship; the job's end — the drain posted, the figure, the run closed — waits
+    ``STALL_S`` for its cursor, then the store process ships them itself: it returns, and every
+    value lands once."""
     service = StoreService()
     service.open(f"sqlite:///{tmp_path / 'mlflow.db'}", "exp")
     try:
         client, experiment_id = service.opened()
-        assert _background_up(client, service.proc.pid)[1] == (os.SCHED_IDLE, priority.LOWEST)
-        (background,) = _children(service.proc.pid)
-        writer = RunWriter(client, experiment_id, "job", None, {})
-        deadline = time.monotonic() + 30
-        while os.sched_getscheduler(writer._thread.native_id) != os.SCHED_IDLE and time.monotonic() < deadline:
-            time.sleep(0.01)  # the beat's thread lowers itself as it starts
-        try:  # beside the other test worker's busy cores, a lowered beat could take its batch, then
-            # send it only after the job's end below (answered then by the store process itself)
-            os.sched_setscheduler(writer._thread.native_id, os.SCHED_OTHER, os.sched_param(0))
-            os.setpriority(os.PRIO_PROCESS, writer._thread.native_id, 0)
-        except OSError:  # not permitted: as it is
-            pass
-        os.kill(background, signal.SIGSTOP)
-        writer.log_series(names.TRAIN_LOSS, [1.0 / i for i in range(1, 2501)])  # 3 batches of ≤ 1,000
-        while _unread_requests(background) == 0 and time.monotonic() < deadline + 30:
-            time.sleep(0.05)  # the beat (2 s) takes its first batch and the store process hands it on
-        assert len(writer._queue) == 1500 and _unread_requests(background) > 0  # waiting in the stopped process
+        follower = _follower_of(service.proc.pid)
+        writer, epochs = _job_following(client, experiment_id, tmp_path / "checkpoints")
+        _append(epochs, 1, 1)
+        _shipping(follower, writer, 1)
+        os.kill(follower, signal.SIGSTOP)
+        _append(epochs, 2, 2500)
 
-        def job_end() -> None:  # as finish does: the queued values posted first, then the figure, then the run closed
-            writer.send_later()
+        def job_end() -> None:  # as finish does: the drain posted first, then the figure, then the run closed
+            writer.drain(2500)
             writer.log_bytes(plot.render(_telemetry(), "job"), "telemetry.png")
+            writer.drained()
             writer.end("FINISHED")
         ended = threading.Thread(target=job_end, daemon=True)
         ended.start()
         ended.join(60)
-        assert not ended.is_alive() and background not in _children(service.proc.pid)
+        assert not ended.is_alive() and follower not in _children(service.proc.pid)
         assert writer.lost == 0 and service._local is None
         real = MlflowClient(service.uri)
         steps = [m.step for m in real.get_metric_history(writer.run_id, names.TRAIN_LOSS)]
@@ -577,7 +507,7 @@ def test_slurms_sigusr2_to_every_process_of_the_job_step_leaves_the_store_proces
     while not _children(service.proc.pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     helpers = [service.proc.pid, *_children(service.proc.pid)]
-    assert len(helpers) == 2  # the store process and its background process
+    assert len(helpers) == 2  # the store process and its follower process
     with caplog.at_level(logging.WARNING, logger="sweeps"):
         for pid in helpers:
             os.kill(pid, signal.SIGUSR2)
@@ -590,34 +520,21 @@ def test_slurms_sigusr2_to_every_process_of_the_job_step_leaves_the_store_proces
 
 
 @pytest.mark.slow  # its own store process: ~2 s of imports
-def test_a_dead_store_process_found_by_the_writers_background_thread_is_opened_by_the_jobs_thread_alone(
-        service, monkeypatch):
-    # the background thread runs at the lowest priority holding the pipe's lock: opening the store
-    # there (importing mlflow) would hold the job's next call for as long as other programs keep
-    # the cores busy — a Slurm job's run then outlived its time limit
-    from sweeps.tracking import store_service
-
-    opened_by: list[tuple[str, bool]] = []
-    real_open = store_service._open_here
-
-    def open_here(uri: str, experiment: str):
-        opened_by.append((threading.current_thread().name, priority.lowered()))
-        return real_open(uri, experiment)
-    monkeypatch.setattr(store_service, "_open_here", open_here)
+def test_a_dead_store_process_leaves_the_jobs_process_shipping_its_run_itself(service, tmp_path, caplog):
+    """The store process dies (SIGKILL) mid-job: the job's process opens the store itself, its
+    run's journal is shipped from the cursor by this process (a follower thread, the drain), and
+    every epoch lands once."""
     client, experiment_id = service.opened()
-    writer = RunWriter(client, experiment_id, "job", None, {})
+    writer, epochs = _job_following(client, experiment_id, tmp_path / "checkpoints")
+    _append(epochs, 1, 100)
     os.kill(service.proc.pid, signal.SIGKILL)
     service.proc.wait(timeout=10)
-    writer.log_metrics({names.EPOCH_S: 1.0}, step=1)
-    writer.queue_tags({"phase": "one"})
-    deadline = time.monotonic() + 60
-    while service._local is None and time.monotonic() < deadline:  # the background beat (every 2 s) finds it
-        time.sleep(0.05)
-    time.sleep(2 * batches.FLUSH_S)  # and tries again at its next beat
-    assert service._local is not None and opened_by == []
-    writer.log_metrics({names.EPOCH_S: 2.0}, step=2)
-    writer.end("FINISHED")  # the job's own flush: the store opened here, on the job's thread
-    assert opened_by == [("MainThread", False)]
-    run = MlflowClient(service.uri).get_run(writer.run_id)
-    assert [m.value for m in MlflowClient(service.uri).get_metric_history(writer.run_id, names.EPOCH_S)] == [1.0, 2.0]
-    assert run.data.tags["phase"] == "one" and run.info.status == "FINISHED" and writer.lost == 0
+    _append(epochs, 101, 200)
+    with caplog.at_level(logging.WARNING, logger="sweeps"):
+        writer.drain(200)
+        assert writer.drained() == 0
+        writer.end("FINISHED")
+    assert sum("store's process ended" in r.getMessage() for r in caplog.records) == 1
+    real = MlflowClient(service.uri)
+    assert sorted(m.step for m in real.get_metric_history(writer.run_id, names.TRAIN_LOSS)) == list(range(1, 201))
+    assert real.get_run(writer.run_id).info.status == "FINISHED"

@@ -170,23 +170,29 @@ class _Proxy:
 
 
 @pytest.mark.slow  # server start-up plus ~30-60 s of logging through a slowed, then dropped, connection
-def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_backs_off(wal_server, monkeypatch):
-    """The writer's beat follows the server: sends that take over 0.5 s stretch it well past the
+def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_backs_off(wal_server, monkeypatch,
+                                                                                       tmp_path):
+    """The follower's beat follows the server: sends that take over 0.5 s stretch it well past the
     quick 2 s (fewer, larger batches), a server that drops every connection for a while is waited
     out, and every value of every epoch reaches the store exactly once."""
+    from sweeps.tracking import batches
     from sweeps.tracking.batches import FLUSH_S
+    from sweeps.tracking.epochs import JOURNAL, EpochLog
     from sweeps.tracking.writer import RunWriter
 
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the writer's own retries, not urllib3's
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the sender's own retries, not urllib3's
     uri, _ = wal_server
     proxy = _Proxy(uri)
     try:
         client = MlflowClient(proxy.uri)
         writer = RunWriter(client, client.create_experiment("slow"), "job", None, {})
-        sends = []  # seconds each background send of queued values took, as the writer's cadence is told
-        noted = writer.cadence.sent
-        writer.cadence.sent = lambda seconds, values, batch: (values and sends.append(seconds),
-                                                              noted(seconds, values, batch))
+        writer.keep_in(tmp_path / "run")
+        log = EpochLog(writer, tmp_path / "run" / JOURNAL, regression=False)
+        cadence = batches.sender(client).cadence  # the follower's (a thread here: an in-process client)
+        sends = []  # seconds each of the follower's sends took, as its cadence is told
+        noted = cadence.sent
+        cadence.sent = lambda seconds, values, batch: (values and sends.append(seconds), noted(seconds, values, batch))
+        writer.follow()
         keys = [f"train/m{i}" for i in range(15)]
         epoch = 0
 
@@ -195,13 +201,13 @@ def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_back
             deadline = time.monotonic() + 180  # bounded, however loaded the machine
             while not until() and time.monotonic() < deadline:
                 epoch += 1
-                writer.log_metrics({k: epoch + i for i, k in enumerate(keys)}, step=epoch)
+                log.append({"epoch": epoch, **{k: epoch + i for i, k in enumerate(keys)}})
                 time.sleep(0.1)
 
         proxy.delay(0.5)
         epochs(lambda: len(sends) >= 3)  # three sends, each slowed by >= 0.5 s
         assert len(sends) >= 3 and min(sends) >= 0.5
-        assert writer.cadence.beat_s > 1.5 * FLUSH_S  # backed off: ~10 x the slow sends' latency
+        assert cadence.beat_s > 1.5 * FLUSH_S  # backed off: ~10 x the slow sends' latency
         proxy.delay(0)
         proxy.down()  # the server goes away mid-job ...
         until = time.monotonic() + 6
@@ -209,8 +215,9 @@ def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_back
         proxy.up()  # ... and comes back
         until = time.monotonic() + 2
         epochs(lambda: time.monotonic() > until)
-        writer.end("FINISHED")  # the end-of-job flush sends the rest at once
-        assert writer.lost == 0
+        writer.drain(epoch)  # the job's end ships the rest at once
+        assert writer.drained() == 0
+        writer.end("FINISHED")
         for key in keys:
             steps = [m.step for m in MlflowClient(uri).get_metric_history(writer.run_id, key)]
             assert sorted(steps) == list(range(1, epoch + 1)), (key, len(steps), epoch)

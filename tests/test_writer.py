@@ -31,7 +31,7 @@ def _steps(client, run_id, key="train/loss") -> list[int]:
     return sorted(m.step for m in client.get_metric_history(run_id, key))
 
 
-def test_logging_an_epoch_costs_no_store_round_trip_and_flush_sends_everything(tmp_path, monkeypatch):
+def test_logging_job_level_values_costs_no_store_round_trip_and_the_end_sends_them_in_few_calls(tmp_path, monkeypatch):
     client, exp = _client(tmp_path)
     w = RunWriter(client, exp, "job", None, {})
     calls = []
@@ -48,8 +48,6 @@ def test_logging_an_epoch_costs_no_store_round_trip_and_flush_sends_everything(t
 def test_queued_tags_ride_with_the_next_metric_batch_and_all_reach_the_run(tmp_path, monkeypatch):
     client, exp = _client(tmp_path)
     w = RunWriter(client, exp, "job", None, {})
-    w._wake.set()  # no background beat: the flush below is the next batch
-    w._thread.join()
     sent = []
     real = client.log_batch
     monkeypatch.setattr(client, "log_batch", lambda run_id, **k: (sent.append(k), real(run_id, **k)))
@@ -80,21 +78,25 @@ def test_the_journal_keeps_every_epoch_and_a_torn_last_line_is_ignored(tmp_path)
     assert json.loads(journal.read_text().splitlines()[0])["train/loss"] == 1.0
 
 
-def test_replay_sends_what_a_dead_process_had_queued_exactly_once(tmp_path):
+def test_replay_sends_what_a_dead_process_had_not_shipped_exactly_once(tmp_path):
+    """A job journaled epochs 1-6, its follower shipped 1-2 (the cursor says so) and the process
+    died: a replay sends 3-6 (two metrics each), a second replay nothing."""
+    from sweeps.tracking import follower
+
     client, exp = _client(tmp_path)
     first = RunWriter(client, exp, "job", None, {})
-    records = _records(6)
-    for rec in records[:2]:
-        first.log_metrics({"train/loss": rec["train/loss"]}, step=rec["epoch"])
-    first.flush()  # epochs 1-2 reached the store; 3-6 were still queued when the process died:
-    for rec in records[2:]:
-        first.log_metrics({"train/loss": rec["train/loss"]}, step=rec["epoch"])
-    first._wake.set()  # its sender thread stops and its queue is gone, as with a SIGKILL
-    first._thread.join()
-    first._queue.clear()
+    folder = tmp_path / "run"
+    log = EpochLog(None, folder / "epochs.jsonl", regression=False)
+    for rec in _records(2):
+        log.append(rec)
+    follower.Followed(first.run_id, str(folder)).ship(client, batches.sender(client), final=True)
+    for rec in _records(6)[2:]:
+        log.append(rec)
+    log.close()
     again = RunWriter.attach(client, first.run_id)
-    assert again.replay(records) == 4 + 6  # train/loss of epochs 3-6, time/epoch_s (never sent) of 1-6
-    assert again.replay(records) == 0  # a second replay finds nothing missing
+    again.keep_in(folder)
+    assert again.replay(read_journal(folder / "epochs.jsonl")) == 4 * 2
+    assert again.replay(read_journal(folder / "epochs.jsonl")) == 0  # a second replay finds nothing missing
     again.end("FINISHED")
     assert _steps(client, first.run_id) == [1, 2, 3, 4, 5, 6]
     assert _steps(client, first.run_id, "time/epoch_s") == [1, 2, 3, 4, 5, 6]
@@ -145,21 +147,6 @@ def test_epochs_csv_has_every_column_of_every_epoch(in_process, tiny, tmp_path):
     assert [bool(r[names.TEST_LOSS]) for r in table] == [False, True, False, True]
     losses = {int(m.step): m.value for m in store(tmp_path).get_metric_history(run.info.run_id, names.TEST_LOSS)}
     assert {int(r["epoch"]): float(r[names.TEST_LOSS]) for r in table if r[names.TEST_LOSS]} == losses
-
-
-def test_the_background_beat_sends_what_was_queued_when_it_woke_and_leaves_later_values_queued(tmp_path):
-    """A slow server and values that keep arriving never hold the sender in one endless flush: it
-    sends what was queued when it woke (``flush(most)``) and waits its beat; the end flush sends all."""
-    client, exp = _client(tmp_path)
-    w = RunWriter(client, exp, "job", None, {})
-    w._wake.set()  # no background sends: this test is the beat
-    w._thread.join()
-    for epoch in range(1, 6):
-        w.log_metrics({"train/loss": 1.0 / epoch}, step=epoch)
-    w.flush(3)
-    assert _steps(client, w.run_id) == [1, 2, 3] and len(w._queue) == 2
-    w.end("FINISHED")
-    assert _steps(client, w.run_id) == [1, 2, 3, 4, 5]
 
 
 def test_a_resumed_run_does_not_log_its_step_0_values_twice(tmp_path):

@@ -1,16 +1,15 @@
 """How far a run's journal has reached MLflow (the cursor file :data:`CURSOR` in the run's folder),
 and which process is moving it there (the run's ship lock, :data:`SHIP_LOCK` beside it).
 
-The run's writer queues each journaled epoch's values followed by the epoch's number
-(:meth:`~sweeps.tracking.batches.MetricBatches.log_epoch`). Once MLflow has taken a batch
-(``log_batch`` returned, so the store committed it), the writer records the last epoch whose values
-were all in that batch or in earlier ones, with nothing before them refused. The file then reads
-``{"epoch": E}``.
+The follower (:mod:`sweeps.tracking.follower`) ships the journal's epochs in batches cut at epoch
+ends; once MLflow has taken a batch (``log_batch`` returned, so the store committed it), it records
+the batch's last epoch: the file then reads ``{"epoch": E}``, every journaled value through E is in
+the run (the epochs off the run's series stride are passed over, not sent).
 
 A replay looks only at the journal's epochs after E (:meth:`~sweeps.tracking.writer.RunWriter.replay`:
 a resumed job, or a later start closing a run whose process died), asks the store which of their
-values it holds already (the cursor lags a batch where the process was killed between the commit
-and the write, or its store process finished a batch after it died) and sends the rest. It does not
+values it holds already (the cursor lags a batch where the follower was killed between the commit
+and the write) and sends the rest. It does not
 read every metric's whole history: 10,000 epochs of ~20 metrics are ~200,000 rows.
 
 The cursor may lag behind the store by a batch, never lead it: it is written after the commit. It is
@@ -20,7 +19,7 @@ The ship lock makes "what the run lacks" a fixed answer while a replay asks it. 
 ingests a run's values for its job — the job's store process, or the job's own process where it
 holds an in-process client — holds an ``flock`` on :data:`SHIP_LOCK` from the run's start to its
 end (:func:`hold`, :func:`release`). A job killed with ``kill -9`` leaves its store process behind,
-answering what the job had sent it (a batch of metric values, its posted tags) before it exits. A
+answering what the job had sent it (its posted tags, the follower's batch under way) before it exits. A
 rerun's :func:`~sweeps.tracking.resume.mark_stale` waits for that lock (:func:`wait_for_shipper`)
 before it replays the journal and closes the run: nothing of the dead job then lands after the
 replay, such as its ``sweeps.outcome=running`` over the ``killed`` the rerun wrote. The kernel

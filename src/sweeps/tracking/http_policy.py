@@ -23,7 +23,7 @@ _down: list[float] = []  # monotonic s of the call that found the store down, un
 
 def bound_http_retries() -> None:
     """Set :data:`HTTP_RETRIES` in this process's environment where the user has not set them
-    (the store process this process starts, and its background process, inherit them; MLflow reads
+    (the store process this process starts, and its follower process, inherit them; MLflow reads
     them at each request). Call once at a command's start."""
     for key, value in HTTP_RETRIES.items():
         os.environ.setdefault(key, value)

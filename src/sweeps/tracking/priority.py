@@ -1,6 +1,5 @@
-"""The lowest CPU priority for sweeps' own background work (the run writer's sending thread, the
-store process's background process that answers that thread), so it takes cores the training
-leaves idle.
+"""The lowest CPU priority for sweeps' own background work (the follower, which ships the runs'
+journals to MLflow: :mod:`sweeps.tracking.follower`), so it takes cores the training leaves idle.
 
 ``nice 19`` alone is not enough where the kernel groups processes by session (Linux's autogroup,
 ``/proc/sys/kernel/sched_autogroup_enabled``, on by default in desktop and many server kernels):
@@ -26,18 +25,16 @@ Work that a job waits for is not background: a helper at this priority on a mach
 other programs keep busy gets well under 1% of a core, and the job then waits for everyone (a small job's
 end took 9–12 s instead of ~0.7 s beside two busy loops: docs/benchmarks.md, "A job
 beside busy programs"). An unprivileged process cannot raise itself back (RLIMIT_NICE, 0 by default), so
-the priority belongs to a thread: :func:`lowered` tells a thread that lowered itself, and the
-store process answers each call at its caller's priority.
+the lowest priority belongs to a process (or thread) that does background work alone: the
+follower (:mod:`sweeps.tracking.follower`), never the store process that answers the job.
 """
 from __future__ import annotations
 
 import os
 import sys
-import threading
 from typing import Any
 
 LOWEST = 19
-_this_thread = threading.local()
 
 
 def lowest(thread: int = 0) -> None:
@@ -46,10 +43,7 @@ def lowest(thread: int = 0) -> None:
     ``start_new_session``: the group is its own, never the terminal's or the job's). ``thread``: a native
     thread id (``threading.get_native_id()``) to lower that thread alone instead (Linux; its
     process's group is left as it is). Never raises: where any of these is not there or not
-    allowed, it stays as it was. The calling thread counts as :func:`lowered` from now on where
-    it is the one lowered."""
-    if not thread or thread == threading.get_native_id():
-        _this_thread.lowered = True
+    allowed, it stays as it was."""
     try:
         os.setpriority(os.PRIO_PROCESS, thread, LOWEST)
     except (AttributeError, OSError):
@@ -64,12 +58,6 @@ def lowest(thread: int = 0) -> None:
         os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))  # seeing it means all is set
     except (AttributeError, OSError):
         pass
-
-
-def lowered() -> bool:
-    """Whether the calling thread lowered itself with :func:`lowest` (its work is background: its
-    calls to the store process are answered at the lowest priority there too)."""
-    return getattr(_this_thread, "lowered", False)
 
 
 def own_group() -> dict[str, Any]:

@@ -5,7 +5,7 @@ sent, and a later start replays what the run lacks (:func:`replay`, from
 
 Why: through a store process a job does not wait for a tag or a param to be stored
 (:meth:`~sweeps.tracking.writer.RunWriter.set_tags`), and :meth:`RunWriter.queue_tags
-<sweeps.tracking.writer.RunWriter.queue_tags>` holds tags until the next batch of metric values.
+<sweeps.tracking.writer.RunWriter.queue_tags>` holds tags until the job's next job-level values.
 A job killed (SIGKILL, the OOM killer) between the call and the store taking it lost them; the
 line written first survives the process, as the epoch journal does. Replaying is idempotent: a
 param MLflow already holds is not sent again (a param's value never changes), a tag only where

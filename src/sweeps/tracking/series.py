@@ -27,9 +27,8 @@ def in_series(rec: dict, every: int, evaluated: bool = True) -> bool:
     ``mlflow.log_every_epochs`` alone keeps). ``evaluated`` is False where ``mlflow.series_points``
     set the stride (:func:`of_config`): an evaluated epoch off the stride then stays out too, so
     a job that evaluates every epoch still logs ~``series_points`` points. The job's last epoch is
-    added by whoever ends the run (:meth:`~sweeps.tracking.epochs.EpochLog.close`,
-    :meth:`~sweeps.tracking.writer.RunWriter.replay`). A pure function of its arguments: the
-    training process and a replay agree on it, so every point is logged once."""
+    added by whoever ends the run (the drain of :mod:`sweeps.tracking.follower`, a replay). A pure
+    function of its arguments: the follower and a replay agree on it, so every point is logged once."""
     epoch = rec.get("epoch", 0)
     return (every <= 1 or epoch == 1 or epoch % every == 0
             or (evaluated and any(k.startswith("test/") for k in rec)))

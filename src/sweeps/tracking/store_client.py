@@ -16,12 +16,6 @@ class StoreError(Exception):
     """An exception raised by the store's process; the subclass is named like the original."""
 
 
-class BackgroundHeld(Exception):
-    """A background call (from a thread :func:`~sweeps.tracking.priority.lowered`) not made: the
-    store process is gone, and this process runs store calls at normal priority only
-    (:mod:`sweeps.tracking.store_service`). Nothing was sent; the caller keeps its work."""
-
-
 def remote_error(kind: str, text: str) -> StoreError:
     """A :class:`StoreError` subclass named ``kind`` (one class per name) carrying ``text``."""
     cls = _errors.get(kind) or _errors.setdefault(kind, type(kind, (StoreError,), {}))
@@ -58,13 +52,6 @@ class RemoteClient:
         if name.startswith("_"):
             raise AttributeError(name)
         return lambda *args, **kwargs: self._service.call("client", name, args, kwargs)
-
-    def hurry(self) -> None:
-        """Tell the store process that this process waits for the background call under way (see
-        :meth:`~sweeps.tracking.store_service.StoreService.say_hurry`); calls this process's
-        threads make themselves say so after
-        :data:`~sweeps.tracking.store_service.HURRY_AFTER_S`."""
-        self._service.say_hurry()
 
     def run(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         """``fn(client, *args, **kwargs)`` in the store's process: a module-level sweeps function

@@ -37,10 +37,9 @@ def prestart(argv: list[str]) -> None:
     or a sweep's (``-m``); not ``--help``, ``--cfg``, ``--info`` — as read by Hydra's own argument
     parser, so its imports overlap Hydra's composition as well as torch's import. A sweep's
     store process answers its parent run and its jobs when they run in this process (Hydra's
-    basic launcher), so their metric batches are ingested off
-    the training's GIL: a writer thread at the lowest priority that held the GIL through MLflow's
-    ingestion on a busy machine held an epoch up for 1.4–4.4 s (docs/benchmarks.md,
-    "A job beside busy programs"). A launcher that runs jobs elsewhere gives it back (:func:`discard_spare`). Never
+    basic launcher), so their journals are shipped (its follower) off the training's GIL: a writer
+    thread at the lowest priority that held the GIL through MLflow's ingestion on a busy machine
+    held an epoch up for 1.4–4.4 s (docs/benchmarks.md, "A job beside busy programs"). A launcher that runs jobs elsewhere gives it back (:func:`discard_spare`). Never
     raises."""
     if _spare or _services or "mlflow" in sys.modules or not _runs_jobs(argv):
         return

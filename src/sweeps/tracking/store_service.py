@@ -11,26 +11,19 @@ batches, artifacts, resume, the summary — is a :class:`~sweeps.tracking.store_
 method call (:meth:`StoreService.call`; :meth:`StoreService.post` where the job need not wait
 yet) pickled to it over a pipe and answered there by an :class:`mlflow.MlflowClient` (Weights &
 Biases' service process is the model).
-MLflow's ingestion (~85 µs a value here) then runs off the training process's GIL.
-Each call is answered at its caller's priority: the run writer's background batches (its
-sending thread is lowered, :func:`sweeps.tracking.priority.lowered`) in the store process's
-background process, at the lowest priority, so they take cores the training leaves idle;
-every call a job's thread waits for — run creation, params, artifacts, the last flush, the
-summary — on its main thread at normal priority, so a busy machine does not make the job's end
-wait for everyone (docs/benchmarks.md, "A job beside busy programs"). A call the job waits for
-that finds a background batch under way says HURRY (:meth:`StoreService.say_hurry`): that batch
-is then ended and answered at normal priority too ("A background batch the job waits for"). The
-process stays in the job's session (Linux's autogroup: it shares the job's group) in a process
-group of its own (a Ctrl-C in the terminal does not reach it).
+MLflow's ingestion (~85 µs a value) then runs off the training process's GIL: the store
+process answers the job's calls at normal priority, so a busy machine does not make the job's end
+wait for everyone (docs/benchmarks.md, "A job beside busy programs"), and its follower process
+ships the runs' journals at the lowest (:mod:`sweeps.tracking.follower`). The process stays in the
+job's session (Linux's autogroup: it shares the job's group) in a process group of its own (a
+Ctrl-C in the terminal does not reach it).
 
 A store process that dies (SIGKILL, a native crash) costs nothing logged: the call it was
 answering and every later one run in this process on a client of its own (importing mlflow
 then), the same calls on the same arguments — a call the process had done before it died is
-then done twice, harmless for all but ``create_run`` (MLflow's SQL store drops a metric value it
-holds already; params and tags are set to the same value). Not background calls: run here, they
-would hold the pipe's lock through mlflow's import at the lowest priority, the job's calls
-behind them; they raise :class:`~sweeps.tracking.store_client.BackgroundHeld`, and the writer
-keeps their values for its next flush (:mod:`sweeps.tracking.batches`). A signal's exception (Ctrl-C) while
+then done twice, harmless for all but ``create_run`` (a metric value carries its timestamp, which
+MLflow's SQL store keys it by; params and tags are set to the same value), and the runs it
+followed are followed by a thread of this process (:mod:`sweeps.tracking.follower`). A signal's exception (Ctrl-C) while
 the job waits for an answer gives the pipe up the same way, so no later call reads that answer
 as its own. Errors raised there come back as :class:`~sweeps.tracking.store_client.StoreError` subclasses named like the
 original (``MlflowException``, ...) with its text.
@@ -50,12 +43,9 @@ from typing import Any, Callable
 
 from sweeps.errors import UsageError
 from sweeps.tracking import priority
-from sweeps.tracking.store_client import BackgroundHeld, RemoteClient, execute, remote_error
+from sweeps.tracking.store_client import RemoteClient, execute, remote_error
 
 log = logging.getLogger("sweeps")
-# a request's first byte, then its pickle: which thread of the store process answers it
-LOW, NORMAL = b"L", b"N"
-HURRY_AFTER_S = 0.2  # s a call the job waits for waits for the pipe before the store process is told to hurry
 # posts unanswered at once: their answers (a few dozen bytes each) never fill the answers pipe
 # (64 KiB), which would stop the store process reading requests while the job writes one
 MAX_POSTED = 64
@@ -66,22 +56,20 @@ class StoreService:
 
     def __init__(self):
         self.uri = self.experiment = ""
-        self._lock = threading.Lock()  # one call at a time: the job's thread and its writer's share the pipe
+        self._lock = threading.Lock()  # one call at a time: the job's threads share the pipe
         self._local: Any = None  # this process's own client once the store process died
         self._ready: tuple | None = None  # the process's first answer: ("ready", experiment id) or ("usage", text)
         self._posted: deque[tuple[str, bytes, Any]] = deque()  # (what, request, on_error) of calls not yet answered
         requests_r, self._requests = os.pipe()
         self._answers, answers_w = os.pipe()
-        hurry_r, self._hurry = os.pipe()  # a byte: a call this process waits for is held up (store_process)
-        os.set_blocking(self._hurry, False)
         env = dict(os.environ)  # the folder holding this package goes first on its path: the same code as here
         here = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [here, env.get("PYTHONPATH")]))
         # a Ctrl-C in the terminal stops the job, which then closes its run through it
         self.proc = subprocess.Popen([sys.executable, "-m", "sweeps.tracking.store_process", str(requests_r),
-                                      str(answers_w), str(os.getpid()), str(hurry_r)],
-                                     pass_fds=(requests_r, answers_w, hurry_r), env=env, **priority.own_group())
-        for fd in (requests_r, answers_w, hurry_r):
+                                      str(answers_w), str(os.getpid())],
+                                     pass_fds=(requests_r, answers_w), env=env, **priority.own_group())
+        for fd in (requests_r, answers_w):
             os.close(fd)
         self._out, self._in = Connection(self._requests, readable=False), Connection(self._answers, writable=False)
 
@@ -112,17 +100,14 @@ class StoreService:
         return RemoteClient(self), self._ready[1]
 
     def call(self, kind: str, name: str, args: tuple, kwargs: dict) -> Any:
-        """:func:`execute` in the store process (or here, once it died), at the calling thread's
-        priority (module docstring); its result or its error.
+        """:func:`execute` in the store process (or here, once it died); its result or its error.
 
         Raises:
-            BackgroundHeld: a lowered thread's call once the store process is gone (not made).
             pickle.PicklingError, TypeError, AttributeError: an argument that does not pickle
                 (nothing was sent; the process stays in use).
         """
-        low = priority.lowered()
-        request = (LOW if low else NORMAL) + pickle.dumps((kind, name, args, kwargs), pickle.HIGHEST_PROTOCOL)
-        self._acquire(low)
+        request = pickle.dumps((kind, name, args, kwargs), pickle.HIGHEST_PROTOCOL)
+        self._lock.acquire()
         try:
             self._collect()
             if self._local is None:
@@ -131,8 +116,6 @@ class StoreService:
                     if answer[0] == "ok":
                         return answer[1]
                     raise remote_error(*answer[1:])
-            if low:  # module docstring
-                raise BackgroundHeld(f"{name}: the store's process is gone; left to a call at normal priority")
             return self._execute_here(request)
         finally:
             self._lock.release()
@@ -142,9 +125,9 @@ class StoreService:
         """:meth:`call` without waiting for it: the answer is read before the next call's (or at
         :meth:`settle`, or :func:`~sweeps.tracking.store_processes.stop`); a failure is then a
         warning naming ``what``, and ``on_error()`` is called. For work the job need not wait for
-        yet: its last metric values at its end (:meth:`~sweeps.tracking.batches.MetricBatches.send_later`,
-        ~1-2 s of MLflow for 10,000 epochs, while it builds ``epochs.csv``), a run's params, tags and
-        texts (~10 ms each, :meth:`~sweeps.tracking.writer.RunWriter.set_tags`). Up to
+        yet: its run's drain at its end (:meth:`~sweeps.tracking.writer.RunWriter.drain`, while it
+        builds ``epochs.csv``), a run's params, tags and texts (~10 ms each,
+        :meth:`~sweeps.tracking.writer.RunWriter.set_tags`). Up to
         :data:`MAX_POSTED` posts wait for their answers at once (a large request holds the caller
         until the store process reads it). The store process answers every request it was sent
         before it exits, even where this process died meanwhile; where it is gone, the call runs
@@ -153,8 +136,8 @@ class StoreService:
         Raises:
             pickle.PicklingError, TypeError, AttributeError: an argument that does not pickle.
         """
-        request = NORMAL + pickle.dumps((kind, name, args, kwargs), pickle.HIGHEST_PROTOCOL)
-        self._acquire(low=False)
+        request = pickle.dumps((kind, name, args, kwargs), pickle.HIGHEST_PROTOCOL)
+        self._lock.acquire()
         try:
             self._collect(keep=MAX_POSTED - 1)
             if self._local is None:
@@ -168,23 +151,11 @@ class StoreService:
         finally:
             self._lock.release()
 
-    def _acquire(self, low: bool) -> None:
-        """Take the pipe; a caller that is not lowered and waits past :data:`HURRY_AFTER_S` (most
-        likely behind a background batch the store process answers at the lowest priority, which
-        a busy machine starves) tells the store process to hurry (:meth:`say_hurry`)."""
-        if not self._lock.acquire(timeout=HURRY_AFTER_S):
-            if not low:
-                self.say_hurry()
-            self._lock.acquire()
-
     def _collect(self, keep: int = 0) -> None:
         """Read the answers of the posted calls, in order, until ``keep`` are left unanswered (the
-        lock held); a call whose answer the store process died before giving runs here (by a
-        thread at normal priority: a lowered one gets :class:`BackgroundHeld`)."""
+        lock held); a call whose answer the store process died before giving runs here."""
         while len(self._posted) > keep:
             what, request, on_error = self._posted[0]
-            if self._local is not None and priority.lowered():
-                raise BackgroundHeld("posted calls: the store's process is gone; left to a call at normal priority")
             if self._local is None:
                 try:
                     answer = self._in.recv()
@@ -208,12 +179,12 @@ class StoreService:
     def _execute_here(self, request: bytes) -> Any:
         """What the store process would have run, on this process's client: light entities
         become MLflow's (sweeps.tracking.entities) on the way through pickle."""
-        kind, name, args, kwargs = pickle.loads(memoryview(request)[1:])
+        kind, name, args, kwargs = pickle.loads(request)
         return execute(self._local, kind, name, args, kwargs)
 
     def settle(self) -> None:
         """Wait for the posted calls' answers (:meth:`post`)."""
-        self._acquire(low=False)
+        self._lock.acquire()
         try:
             self._collect()
         finally:
@@ -226,17 +197,8 @@ class StoreService:
             if on_error is not None:
                 on_error()
 
-    def say_hurry(self) -> None:
-        """Tell the store process that a call this process waits for is held up: it ends the
-        background call under way and answers it, and those of the next few seconds, at normal
-        priority (:mod:`sweeps.tracking.store_process`)."""
-        try:
-            os.write(self._hurry, b"!")
-        except OSError:  # the pipe is full (said already) or closed (the process is gone)
-            pass
-
     def _exchange(self, request: bytes | None) -> tuple | None:
-        """Send ``request`` (its priority's byte, then its pickle; None: nothing) and read the
+        """Send ``request`` (a pickle; None: nothing) and read the
         process's answer; None where it died (this process then holds a client of its own). A
         signal's exception (Ctrl-C) between the two may leave an answer unread, which the next call
         would take for its own: so the pipe is given up (the process finishes its call and exits),
@@ -254,11 +216,10 @@ class StoreService:
 
     def _died(self, why: str, wait: bool = True) -> None:
         """Stop using the process (``why`` it is gone) and open the store here: now, or at the next
-        call where ``wait`` is False (a signal is on its way up) or the caller is a lowered thread."""
+        call where ``wait`` is False (a signal is on its way up)."""
         log.warning("MLflow: the store's process ended (%s); this process opens the store itself", why)
         self.close(wait)
-        later = not wait or priority.lowered()
-        self._local = _Later(self.uri, self.experiment) if later else _open_here(self.uri, self.experiment)
+        self._local = _open_here(self.uri, self.experiment) if wait else _Later(self.uri, self.experiment)
 
     def close(self, wait: bool = True) -> None:
         """End the store process: it exits when its requests pipe closes (waited for up to 10 s
@@ -269,9 +230,6 @@ class StoreService:
                 conn.close()
             except OSError:
                 pass
-        if self._hurry >= 0:
-            os.close(self._hurry)
-            self._hurry = -1
         if not self.uri:
             self.proc.kill()
         elif not wait:

@@ -1,12 +1,16 @@
-"""A job's MLflow run as a writer: params, tags, metrics, text and binary artifacts, end status.
+"""A job's MLflow run as a writer: params, tags, job-level metrics, text and binary artifacts,
+the run's journal followed, end status.
 
-Metric values go out in batches from a background thread (:mod:`sweeps.tracking.batches`); params,
+The per-epoch metrics are not sent from here: the job appends them to the run's journal
+(:mod:`sweeps.tracking.epochs`) and the follower ships the journal where the store is
+(:mod:`sweeps.tracking.follower`; :meth:`RunWriter.follow`, :meth:`RunWriter.drain`). Params,
 tags and small texts are journaled first where the run has a folder
-(:mod:`sweeps.tracking.records`). Everything goes through an explicit client (no global "active
-run"), so jobs that run one after another in one process never inherit each other's state: an
-:class:`mlflow.MlflowClient`, or the store process's
-:class:`~sweeps.tracking.store_client.RemoteClient` (then this module, and the job's process,
-never import mlflow: entities come from :func:`sweeps.tracking.entities.classes`).
+(:mod:`sweeps.tracking.records`) and posted; job-level values (step 0: batch size, learning rate,
+the summary) and queued tags go together in one call (:meth:`RunWriter.send_pending`). Everything
+goes through an explicit client (no global "active run"), so jobs that run one after another in
+one process never inherit each other's state: an :class:`mlflow.MlflowClient`, or the store
+process's :class:`~sweeps.tracking.store_client.RemoteClient` (then this module, and the job's
+process, never import mlflow: entities come from :func:`sweeps.tracking.entities.classes`).
 """
 from __future__ import annotations
 
@@ -16,11 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sweeps import names
-from sweeps.tracking.batches import MetricBatches, now_ms
-from sweeps.tracking import cursor
+from sweeps.tracking import batches, cursor, entities, shipping
+from sweeps.tracking.batches import now_ms
 from sweeps.tracking.cursor import Cursor
 from sweeps.tracking.records import RECORDS, RecordLog
-from sweeps.tracking.series import in_series
 from sweeps.tracking.store import quiet_sqlite
 from sweeps.tracking.store_client import in_store
 
@@ -30,8 +33,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("sweeps")
 
 
-class RunWriter(MetricBatches):
-    """One job's MLflow run: nested under the sweep's parent run when there is one."""
+class RunWriter:
+    """One job's MLflow run: nested under the sweep's parent run when there is one. :attr:`lost`
+    counts the values the store refused after every retry (kept for a later start: the journal,
+    :func:`~sweeps.tracking.resume.keep_unclosed`)."""
 
     def __init__(self, client: MlflowClient, experiment_id: str, name: str,
                  parent_run_id: str | None, tags: dict[str, str]):
@@ -44,11 +49,19 @@ class RunWriter(MetricBatches):
     def _init(self, client: MlflowClient, run_id: str) -> None:
         if not getattr(client, "remote", False):  # a rank's own client too: wait for a shared sqlite store's lock, quietly
             quiet_sqlite()
-        # which epochs replay() sends: in_series(rec, every_epochs, every_evaluated) (sweeps.tracking.series)
+        self.client, self.run_id = client, run_id
+        _, self._Param, self._RunTag = entities.classes(client)
+        # which epochs the follower ships: in_series(rec, every_epochs, every_evaluated) (sweeps.tracking.series)
         self.every_epochs, self.every_evaluated = 1, True
         self.records: RecordLog | None = None  # where params, tags, texts are journaled first (sweeps.tracking.records)
+        self.cursor: Cursor | None = None  # the run folder's cursor: how far its journal has reached MLflow
         self._shipping: str | None = None  # the run folder whose ship lock the ingesting process holds (keep_in)
-        self._start(client, run_id)
+        self._following = self._draining = False
+        self._metrics: list[batches.Value] = []  # step-0 values and series not yet sent (send_pending)
+        self._tags: dict[str, str] = {}  # queued tags not yet sent
+        self._refused_tags: dict[str, str] = {}  # tags of a send the store refused
+        self._summary: dict[str, float] = {}  # a reopened run's values so far: not logged again at step 0
+        self.lost = 0
 
     @classmethod
     def attach(cls, client: MlflowClient, run_id: str, reopen: bool = True,
@@ -80,6 +93,42 @@ class RunWriter(MetricBatches):
         self._shipping = str(Path(folder).absolute())
         self.post(f"the ship lock of run {self.run_id}", cursor.hold, self._shipping)
 
+    def follow(self) -> None:
+        """Have the follower ship the run's journal (in the :attr:`cursor`'s folder) from the
+        cursor, on the run's series stride (:attr:`every_epochs`, :attr:`every_evaluated`), until
+        :meth:`drain` (:func:`sweeps.tracking.shipping.follow`, not waited for). What is pending
+        goes first."""
+        self.send_pending()
+        self.post(f"the journal of run {self.run_id}", shipping.follow, self.run_id, self._folder(),
+                  self.every_epochs, self.every_evaluated)
+        self._following = True
+
+    def drain(self, through: int, records: list[dict] | None = None) -> None:
+        """Have every journaled epoch through ``through`` (the job's last) put in the run — by the
+        follower, or, where it stalls, by the store's caller at normal priority
+        (:func:`sweeps.tracking.shipping.drain`); ``records``: the job's records, where its journal
+        could not hold them all (a full disk), shipped from the cursor. Sends what is pending
+        first. Not waited for through a store process (the job builds its tables meanwhile):
+        :meth:`drained` waits."""
+        self.send_pending()
+        if self._following or records is not None:
+            self._following = False
+            self.post(f"the last epochs of run {self.run_id}", shipping.drain, self.run_id, self._folder(),
+                      through, self.every_epochs, self.every_evaluated, records)
+            self._draining = True
+
+    def drained(self) -> int:
+        """Wait for :meth:`drain` and every posted call; the values the store refused after every
+        retry (:attr:`lost`, kept for a later start)."""
+        self.flush()
+        if self._draining:
+            self._draining = False
+            self.lost += in_store(self.client, shipping.drained, self.run_id)[1]
+        return self.lost
+
+    def _folder(self) -> str | None:
+        return str(self.cursor.path.parent) if self.cursor is not None else None
+
     def log_params(self, params: dict[str, Any]) -> None:
         """Log ``params`` (see :meth:`set_tags` for when the store takes them, and what a kill
         between the two keeps)."""
@@ -102,14 +151,76 @@ class RunWriter(MetricBatches):
                     tags=[self._RunTag(k, str(v)) for k, v in tags.items()])
 
     def queue_tags(self, tags: dict[str, Any]) -> None:
-        """Set ``tags`` with the next batch of metric values (the background beat, a flush, the
-        run's end) rather than in a store call of their own (~10 ms of MLflow's each, about a
-        third of a tiny job's store work). Journaled first where :attr:`records` is set (see
-        :meth:`set_tags`): a job killed before that batch keeps them too."""
+        """Set ``tags`` with the next job-level values (:meth:`send_pending`) rather than in a store
+        call of their own (~10 ms of MLflow's each, about a third of a tiny job's store work).
+        Journaled first where :attr:`records` is set (see :meth:`set_tags`): a job killed before
+        they were sent keeps them too."""
         if self.records:
             self.records.append("tags", tags)
-        items = [(k, str(v)) for k, v in tags.items()]
-        self._tags.extend(items)  # atomic under the GIL, as log_metrics: the beat may be sending meanwhile
+        self._tags.update((k, str(v)) for k, v in tags.items())
+
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        """Log job-level ``metrics`` at ``step`` (0: the run's summary values) with the next
+        :meth:`send_pending`. In a reopened run (a resumed job) a step-0 value the run already
+        holds (batch size, lr, FLOPs logged again at its restart) is not logged twice."""
+        ts = now_ms()
+        self._metrics += [(k, float(v), ts, step) for k, v in metrics.items()
+                          if v is not None and not (step == 0 and self._summary.get(k) == float(v))]
+
+    def log_summary(self, metrics: dict[str, float]) -> None:
+        """Log a job's end-of-job ``metrics`` at step 0, each key once in the run: a resumed run
+        that holds one already keeps it — its earlier process logged its summary, then was killed
+        before it closed the run (the resumed job's ``time/job_s`` would differ, a second point at
+        step 0)."""
+        self.log_metrics({k: v for k, v in metrics.items() if k not in self._summary})
+
+    def log_series(self, key: str, values: list[float]) -> None:
+        """Log ``values`` as the steps 1..N of metric ``key`` (with the next :meth:`send_pending`)."""
+        ts = now_ms()
+        self._metrics += [(key, float(v), ts, i) for i, v in enumerate(values, start=1)]
+
+    def send_pending(self) -> None:
+        """Send the logged job-level values and queued tags in one call
+        (:func:`~sweeps.tracking.batches.send_values`: retried where the store is), not waited for
+        through a store process: a refusal is a warning, and adds to :attr:`lost` and
+        :attr:`unsent_tags` (:meth:`settle` reads it). Called when the run's journal is followed,
+        at the job's first epoch, and by :meth:`flush`."""
+        values, tags = self._metrics, self._tags
+        if not values and not tags:
+            return
+        self._metrics, self._tags = [], {}
+
+        def refused() -> None:
+            self.lost += len(values)
+            self._refused_tags.update(tags)
+
+        what = f"{len(values)} value(s) and {len(tags)} tag(s) of run {self.run_id}"
+        if getattr(self.client, "remote", False):
+            self.client.post(what, batches.send_values, self.run_id, values, tags, on_error=refused)
+            return
+        try:
+            batches.send_values(self.client, self.run_id, values, tags)
+        except Exception:  # noqa: BLE001 (said by the sender; kept for the job's end)
+            refused()
+
+    @property
+    def unsent_tags(self) -> dict[str, str]:
+        """The tags the store has not taken: those of a send it refused, then those
+        :meth:`queue_tags` still holds (a tag queued twice: its last value)."""
+        return {**self._refused_tags, **self._tags}
+
+    def settle(self) -> None:
+        """Wait for the answers of what was posted to a store process (a refusal is then counted)."""
+        getattr(self.client, "settle", lambda: None)()
+
+    def flush(self) -> None:
+        """Send what is pending and wait for every posted call's answer. Never raises."""
+        self.send_pending()
+        self.settle()
+
+    def close(self) -> None:
+        """:meth:`flush`: the run stays open (a data-parallel rank's, a closed run's last values). Idempotent."""
+        self.flush()
 
     def post(self, what: str, fn: Any, *args: Any) -> None:
         """``fn(client, *args)`` where the store is, as :func:`~sweeps.tracking.store_client.in_store`
@@ -129,39 +240,24 @@ class RunWriter(MetricBatches):
         else:
             getattr(self.client, method)(*args, **kwargs)
 
-    def replay(self, records: list[dict]) -> int:
-        """Send the journal's ``records`` (per-epoch dicts, ``epoch`` = step) that never reached the
-        run — queued when a process died, or dropped after every retry. Only the records after the
-        run's :attr:`cursor` are looked at (all of them without one: :mod:`sweeps.tracking.cursor`),
-        and of those only the (metric, epoch) the run lacks are sent (:func:`held_steps`), so every
-        epoch is logged once. Each value keeps its record's timestamp
-        (:data:`~sweeps.names.TIMESTAMP_MS`), so one that lands meanwhile by another way (the dead
-        job's store process ingesting a batch it had been posted) is the same row. Under
-        ``every_epochs`` > 1 only the series' epochs (:func:`~sweeps.tracking.series.in_series`) and
-        the last of ``records``. Returns how many values were sent."""
+    def replay(self, records: list[dict] | None = None) -> int:
+        """Send the epochs of the run's journal (``records``, per-epoch dicts with ``epoch`` = step;
+        None: the journal in the :attr:`cursor`'s folder) that never reached the run — a job that
+        died, values the store refused after every retry. Only those after the :attr:`cursor`
+        (all without one), and of them the (metric, epoch) the run lacks
+        (:func:`~sweeps.tracking.follower.held_steps`), each with its record's timestamp, so every
+        epoch is logged once; under ``every_epochs`` > 1 only the series' epochs and the last
+        (:func:`sweeps.tracking.shipping.replay`, where the store is). Returns how many values were
+        sent; those the store refused again add to :attr:`lost`."""
         self.flush()
-        if not records:
+        if records is not None and not records:
             return 0
-        through = (self.cursor.read() if self.cursor is not None else None) or 0
-        last = records[-1]
-        records = [r for r in records if r["epoch"] > through
-                   and (r is last or in_series(r, self.every_epochs, self.every_evaluated))]
-        wanted: dict[str, list[int]] = {}
-        for rec in records:
-            for key in rec:
-                if "/" in key:
-                    wanted.setdefault(key, []).append(rec["epoch"])
-        held = {k: set(v) for k, v in in_store(self.client, held_steps, self.run_id, wanted).items()} if wanted else {}
-        now = now_ms()  # records journaled before they carried a timestamp
-        missing = [self._Metric(key, float(rec[key]), int(rec.get(names.TIMESTAMP_MS, now)), rec["epoch"])
-                   for rec in records for key in rec if "/" in key and rec["epoch"] not in held[key]]
-        self._queue.extend(missing)
-        self._queue.append(last["epoch"])  # the cursor moves to the journal's end once they are taken
-        self.lost = 0
-        self.flush()
-        if missing:
-            log.info("MLflow: %d metric value(s) of earlier epochs sent from the journal", len(missing))
-        return len(missing)
+        sent, left = in_store(self.client, shipping.replay, self.run_id, self._folder(), self.every_epochs,
+                              self.every_evaluated, records)
+        self.lost = left
+        if sent:
+            log.info("MLflow: %d metric value(s) of earlier epochs sent from the journal", sent)
+        return sent
 
     def log_bytes(self, data: bytes, name: str) -> None:
         """Log ``data`` as the run's artifact ``name`` (a file in a temporary folder, read by
@@ -179,39 +275,12 @@ class RunWriter(MetricBatches):
         self._later(f"{name} of run {self.run_id}", "log_text", self.run_id, text, name)
 
     def end(self, status: str) -> None:
-        """Send what is queued, then close the run: ``FINISHED``, ``FAILED`` or ``KILLED``. A
-        closed run is replayed no more: nothing is journaled after this (:attr:`records` off)."""
+        """Send what is pending, then close the run: ``FINISHED``, ``FAILED`` or ``KILLED``. A
+        closed run is replayed no more: nothing is journaled after this (:attr:`records` off), and
+        its ship lock is given back."""
         self.records = None
-        self.close()
+        self.flush()
         self.client.set_terminated(self.run_id, status)
         if self._shipping:
             self.post(f"the ship lock of run {self.run_id}", cursor.release, self._shipping)
             self._shipping = None
-
-
-STEPS_PER_QUERY = 500  # steps asked of an SQL store at once (sqlite allows 32,766 bound values a query)
-
-
-def held_steps(client: MlflowClient, run_id: str, wanted: dict[str, list[int]]) -> dict[str, list[int]]:
-    """For each metric key of ``wanted``, the steps among its list at which run ``run_id`` holds
-    a value; run where the store is (:func:`~sweeps.tracking.store_client.in_store`). MLflow's SQL
-    store is asked for those steps alone (``get_metric_history_bulk_interval_from_steps``,
-    :data:`STEPS_PER_QUERY` at a time) where they are few: reading a 10,000-epoch metric's whole
-    history takes ~1 s, and sending values the run holds again costs more (MLflow's SQL store then
-    looks each one up: ~20 s for 1,000 values in a run of 200,000, 2-core VM). Many steps, or any
-    other store (a tracking server): the metric's whole history. Raises what MLflow raises."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-    store = getattr(getattr(client, "_tracking_client", None), "store", None)
-    out: dict[str, list[int]] = {}
-    for key, steps in wanted.items():
-        if isinstance(store, SqlAlchemyStore) and len(steps) <= 4 * STEPS_PER_QUERY:
-            found = []
-            for i in range(0, len(steps), STEPS_PER_QUERY):
-                chunk = steps[i:i + STEPS_PER_QUERY]
-                found += [m.step for m in store.get_metric_history_bulk_interval_from_steps(
-                    run_id, key, chunk, max_results=4 * len(chunk))]
-        else:
-            found = [m.step for m in client.get_metric_history(run_id, key)]
-        out[key] = sorted(set(found) & set(steps))
-    return out

@@ -13,7 +13,7 @@ from sweeps import names, state
 from sweeps.launch.job.summary import describe_run
 from sweeps.launch.process import outcome as oc
 from sweeps.telemetry import plot
-from sweeps.tracking import batches, resume
+from sweeps.tracking import resume
 from sweeps.errors import describe
 from sweeps.train.memory import release_memory
 
@@ -44,9 +44,9 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     status, then the run's folder (checkpoints, journal) cleared once done and every value sent, or
     once unavailable (no epoch ran; a rerun starts a new run).
     A run the store did not let it close keeps its folder, with the outcome
-    (:func:`~sweeps.tracking.resume.keep_unclosed`), for the next start to close it. The queued
-    metric values are handed to the store process first (:meth:`RunWriter.send_later`): MLflow ingests them while this process
-    draws the figure and builds the tables. Never raises."""
+    (:func:`~sweeps.tracking.resume.keep_unclosed`), for the next start to close it. The run's
+    last epochs are drained first (:meth:`RunWriter.drain`): the follower ships them while this
+    process draws the figure and builds the tables. Never raises."""
     job.outcome, job.error = outcome, error
     records = job.epochs.records if getattr(job, "epochs", None) is not None else []
     tel = job.telemetry
@@ -69,8 +69,10 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     texts: dict[str, str] = {}  # artifact name → text, built before any store call
     png: list[bytes] = []
 
-    def send() -> None:  # first: the store process ingests the last values while this process does the rest
-        job.writer.send_later()
+    def send() -> None:  # first: the store process ships the last epochs while this process does the rest
+        epochs = getattr(job, "epochs", None)
+        job.writer.drain(records[-1]["epoch"] if records else 0,
+                         records if epochs is not None and epochs.unjournaled() else None)
 
     def figure() -> None:  # matplotlib's import and the drawing, ~1 s, here while the store ingests
         if tel is not None and job.cfg.telemetry.figure and len(tel.rows) >= FIGURE_MIN_SAMPLES:
@@ -116,11 +118,8 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     oc.note(outcome)
     status = names.RUN_STATUS.get(outcome, "FAILED")
     try:
-        job.writer.flush()
-        if job.writer.down:  # each call would wait out MLflow's retries again: all kept for the next start
-            raise ConnectionError(f"the store has not answered for {batches.DOWN_S:.0f} s or more")
-        if job.writer.lost:  # the store refused some values after every retry: late, not never
-            job.writer.replay(records)
+        if job.writer.drained():  # refused after every retry: kept for the next start, late, not never
+            raise ConnectionError(f"the store refused {job.writer.lost} value(s) after every retry")
         job.writer.set_tags({names.OUTCOME_TAG: outcome, **({names.ERROR_TAG: error} if error else {})})
         job.writer.end(status)
     except Exception as e:  # the store went away: the run's folder keeps what a later start closes it with

@@ -139,6 +139,7 @@ class JobRun:
                                        cfg.checkpoint.every_s)
         self.epochs = EpochLog(self.writer, run_dir / JOURNAL, self.task.regression, cfg.log_every_s,
                                cfg.epochs, records, logged_through, rewrite=self.resume_state is not None)
+        self.writer.follow()  # the follower ships the journal from the run's cursor, from now on
         launchers.current().on_open(self)  # under Slurm: its job id tags, requeue time lost, checkpoint-then-requeue
         if data is not None:
             self.writer.log_metrics({names.BATCH_SIZE: data.batch, names.LR: data.lr})
@@ -273,7 +274,7 @@ def run(cfg: DictConfig) -> str:
             job.__exit__(type(e), e, None)
         raise
     progress.job_ended(time.perf_counter() - started_at)
-    if not multirun and not job.writer.down:  # a sweep prints its summary once, at its end (sweeps.launch.cli.sweep)
+    if not multirun and not job.writer.lost:  # a sweep prints its summary once, at its end (sweeps.launch.cli.sweep)
         try:
             run = client.get_run(job.run_id)
         except Exception as e:  # the store went away: the job's own lines above say how it ended

@@ -8,10 +8,11 @@ restarts), NCCL on GPUs, Gloo on the CPU. Each rank runs the same training code 
 shared permutation per epoch, gradients averaged, records gathered once per epoch — lives in
 :mod:`sweeps.train.distributed`.
 
-- Rank 0 logs every epoch as it ends into the job's run and its journal; the job process never
-  writes the journal while ranks run, and once they have ended (any way) it reads rank 0's
-  records back from it, so the job's summary and ``epochs.csv`` are those of one device (and,
-  unless every rank ended ok, it sends the run what rank 0 may have died with still queued).
+- Rank 0 appends every epoch as it ends to the run's journal, which the job process's follower
+  ships to the job's run (:mod:`sweeps.tracking.follower`); the job process never writes the
+  journal while ranks run, and once they have ended (any way) it reads rank 0's records back
+  from it, so the job's summary and ``epochs.csv`` are those of one device, and its end drains
+  them all into the run.
 - A rank that fails writes one JSON line per failure and exits; the agent (polling every
   :data:`MONITOR_S`) stops the other ranks at once; this module raises the earliest failure as
   what a one-device job would have raised: :class:`torch.OutOfMemoryError` (``oom``),
@@ -40,7 +41,7 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from sweeps.errors import DeviceUnavailable, Diverged, RankFailed, describe, signal_exception
+from sweeps.errors import DeviceUnavailable, Diverged, RankFailed, signal_exception
 from sweeps.launch.placement import gpu_pool
 from sweeps.launch.placement import rank as rank_process
 from sweeps.launch.placement.device import ddp_backend as backend
@@ -92,10 +93,8 @@ def launch(job, journal: Path) -> None:
         os.environ[VISIBLE_ENV] = ",".join(gpu_pool.held())
     # the launcher installs its own SIGINT/SIGTERM/... handlers and leaves them: keep the job's
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
-    ended_ok = False
     try:
         elastic_launch(config, rank_process.main)(spec)
-        ended_ok = True
     except ChildFailedError as e:
         raise first_failure(work, e) from None
     except SignalException as e:  # the ranks are stopped; the job ends killed as without ddp
@@ -110,17 +109,13 @@ def launch(job, journal: Path) -> None:
                 signal.signal(s, handler)
             except (ValueError, TypeError):  # not the main thread, or a handler set outside Python
                 pass
-        job.epochs.records = read_journal(journal)  # rank 0's, resumed epochs included
+        job.epochs.records = read_journal(journal)  # rank 0's, resumed epochs included: the job's end drains them
+        job.epochs.journaled = job.epochs.records[-1]["epoch"] if job.epochs.records else 0
         try:  # compilation: measured work, not overhead
             job.measured_s = float((work / rank_process.MEASURED).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             pass
         shutil.rmtree(work, ignore_errors=True)
-        if not ended_ok and job.epochs.records:  # rank 0 may have been killed with metrics still queued
-            try:
-                job.writer.replay(job.epochs.records)
-            except Exception as e:  # the journal and epochs.csv still hold them
-                log.warning("MLflow: rank 0's journal not replayed (%s)", describe(e))
 
 
 def first_failure(work_dir: Path, exc: Exception) -> Exception:

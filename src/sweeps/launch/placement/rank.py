@@ -42,7 +42,6 @@ from sweeps.launch.process.outcome import classify, explain
 from sweeps.tasks.base import create
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import series
-from sweeps.tracking.cursor import Cursor
 from sweeps.tracking.epochs import EpochLog
 from sweeps.train import distributed, host_heap
 from sweeps.train.checkpoint import Checkpoints
@@ -78,7 +77,7 @@ class _Silent:
         pass
 
     set_tags = queue_tags = log_params = log_text = log_bytes = post = log_metrics
-    send_later = log_series = log_summary = append = close = flush = log_metrics
+    send_pending = log_series = log_summary = append = close = flush = log_metrics
 
     def due(self, epoch: int) -> bool:
         return False
@@ -110,7 +109,6 @@ class RankRun:
             self.writer = RunWriter.attach(MlflowClient(spec.tracking_uri), spec.run_id, reopen=False,
                                            read_summary=True)
             self.writer.every_epochs, self.writer.every_evaluated = series.of_config(cfg)
-            self.writer.cursor = Cursor(Path(spec.journal).parent)  # the job process replays from it
             self.epochs = EpochLog(self.writer, Path(spec.journal), regression, cfg.log_every_s, cfg.epochs,
                                    logged_through=spec.logged_through)
             self.checkpoints = Checkpoints(run_dir, cfg.checkpoint.every_epochs, cfg.checkpoint.keep,
