@@ -27,27 +27,15 @@ def _dead_pid() -> int:
     return int(proc.stdout)
 
 
-def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp_path, monkeypatch):
+def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp_path):
     """The race of a kill -9 and a quick rerun, in order: the dead job queued epochs 1-5 (its
     batch not yet ingested), the rerun's start replays the journal and closes the run, then the
     dead job's batch lands. Every (metric, epoch) is stored once."""
-    import socket
-
     from sweeps import names
     from sweeps.tracking import batches, follower, resume
-    from sweeps.tracking.epochs import JOURNAL, EpochLog
-    from sweeps.tracking.store import open_client
 
-    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    experiment = client.create_experiment("race")
-    tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: "h1",
-            names.OUTCOME_TAG: names.RUNNING}
-    run_id = client.create_run(experiment, run_name="killed", tags=tags).info.run_id
-    folder = tmp_path / "checkpoints" / "h1" / run_id
-    epochs = EpochLog(None, folder / JOURNAL, regression=False)
-    for e in range(1, 6):
-        epochs.append({"epoch": e, names.TRAIN_LOSS: 1.0 / e, names.EPOCH_S: 0.01 * e, names.TEST_ACC: float("nan")})
-    epochs.close()
+    client, experiment, run_id, folder = _journaled_killed_run(
+        tmp_path, 5, lambda e: {**_record(e), names.TEST_ACC: float("nan")})
     dead = follower.Followed(run_id, str(folder))  # the dead job's follower: read 1-5, asked the store, not yet sent
     dead._read()
     dead.checked = True
@@ -233,6 +221,23 @@ def _record(epoch: int) -> dict:
     return {"epoch": epoch, names.TRAIN_LOSS: 1.0 / epoch, names.EPOCH_S: 0.01 * epoch}
 
 
+def _journaled_killed_run(tmp_path, last: int, record=_record):
+    """A run on a new sqlite store whose job (a dead process) journaled epochs 1..``last``
+    (``record(epoch)`` each) and sent none: (client, experiment id, run id, the run's folder)."""
+    from sweeps.tracking.epochs import JOURNAL, EpochLog
+    from sweeps.tracking.store import open_client
+
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("killed")
+    run_id = _killed_run(client, experiment)
+    folder = tmp_path / "checkpoints" / "h1" / run_id
+    epochs = EpochLog(None, folder / JOURNAL, regression=False)
+    for e in range(1, last + 1):
+        epochs.append(record(e))
+    epochs.close()
+    return client, experiment, run_id, folder
+
+
 def test_a_stale_runs_replay_starts_at_its_cursor_and_reads_no_metric_history(tmp_path, monkeypatch):
     """A killed run's next start looks at the epochs after the run's cursor (``shipped.json``)
     alone: its dead process journaled epochs 11-12 and never sent them, and its cursor lags at
@@ -243,16 +248,8 @@ def test_a_stale_runs_replay_starts_at_its_cursor_and_reads_no_metric_history(tm
     from sweeps.tracking import batches, follower, resume
     from sweeps.tracking.cursor import Cursor
     from sweeps.tracking.epochs import JOURNAL, EpochLog
-    from sweeps.tracking.store import open_client
 
-    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    experiment = client.create_experiment("cursor")
-    run_id = _killed_run(client, experiment)
-    folder = tmp_path / "checkpoints" / "h1" / run_id
-    epochs = EpochLog(None, folder / JOURNAL, regression=False)
-    for e in range(1, 11):
-        epochs.append(_record(e))
-    epochs.close()
+    client, experiment, run_id, folder = _journaled_killed_run(tmp_path, 10)
     follower.Followed(run_id, str(folder)).ship(client, batches.sender(client))  # its follower's beats
     assert Cursor(folder).read() == 10
     late = EpochLog(None, folder / JOURNAL, regression=False)  # journaled, never sent
@@ -388,24 +385,8 @@ def _killed_run_with_a_shipper(tmp_path, wait_s: float):
     """A run whose job was killed after journaling epochs 1-5 and whose store process lives on,
     holding the run's ship lock, and answers the job's last posts (``outcome=running``, the five
     epochs' values) ``wait_s`` seconds later: (client, experiment, run id, the shipper's process)."""
-    import socket
-
-    from sweeps import names
-    from sweeps.tracking.epochs import JOURNAL, EpochLog
-    from sweeps.tracking.store import open_client
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = open_client(uri)
-    experiment = client.create_experiment("race")
-    tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: "h1",
-            names.OUTCOME_TAG: names.RUNNING}
-    run_id = client.create_run(experiment, run_name="killed", tags=tags).info.run_id
-    folder = tmp_path / "checkpoints" / "h1" / run_id
-    epochs = EpochLog(None, folder / JOURNAL, regression=False)
-    for e in range(1, 6):
-        epochs.append({"epoch": e, names.TRAIN_LOSS: 1.0 / e, names.EPOCH_S: 0.01 * e})
-    epochs.close()
-    shipper = subprocess.Popen([sys.executable, "-c", _SHIPPER, uri, run_id, str(folder), str(wait_s)],
+    client, experiment, run_id, folder = _journaled_killed_run(tmp_path, 5)
+    shipper = subprocess.Popen([sys.executable, "-c", _SHIPPER, client.tracking_uri, run_id, str(folder), str(wait_s)],
                                stdout=subprocess.PIPE, text=True)
     assert shipper.stdout.readline().strip() == "holding"
     return client, experiment, run_id, shipper
