@@ -5,6 +5,7 @@ interpreter is the point. How fast it answers is measured by scripts/bench_start
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 
 import pytest
@@ -157,3 +158,30 @@ def test_the_process_ends_after_its_exit_hooks_without_the_interpreters_teardown
         assert "the thread finished" in proc.stdout and "finalized in the teardown" in proc.stdout
     else:
         assert "finalized in the teardown" not in proc.stdout
+
+
+_POOL_ENDING = """
+import time
+from joblib.externals.loky import get_reusable_executor
+from sweeps.__main__ import exit_now
+
+pool = get_reusable_executor(max_workers=2)
+pool.submit(time.sleep, 2)  # a worker started
+time.sleep(2.5)
+stuck = pool.submit(time.sleep, 3600)  # a worker that never finishes: one blocked for good on a dead one's lock
+print("pool up", flush=True)
+exit_now(SystemExit(0))
+"""
+
+
+@pytest.mark.slow  # a pool of worker processes, one of them waited for POOL_EXIT_S (5 s): ~15 s
+def test_a_sweep_whose_pool_worker_never_finishes_still_exits(tmp_path):
+    """A sweep through joblib's pool (``hydra/launcher=gpu_pool``) ends once its jobs are done: the
+    pool's workers are told to stop, and one that does not within POOL_EXIT_S is killed, never
+    waited for (one blocked on a lock its SIGKILLed sibling held kept a sweep from exiting, chaos
+    seed 2919, fault 42)."""
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _POOL_ENDING], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)  # without the kill: waits out the worker's hour
+    assert proc.returncode == 0 and "pool up" in proc.stdout, proc.stderr[-2000:]
+    assert time.monotonic() - start < 30

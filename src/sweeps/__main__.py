@@ -22,8 +22,10 @@ import os
 import signal
 import sys
 import threading
+import time
 
 _EARLY: list[int] = []  # SIGINT/SIGTERM received while the command line was importing, in order
+POOL_EXIT_S = 5.0  # s the pool's workers get to stop once the sweep is done, before they are killed
 
 
 def _noted_early(signum, frame):
@@ -52,9 +54,11 @@ def exit_now(end: SystemExit) -> None:
     teardown: module globals cleared and ``__del__`` finalizers of objects still alive, C++ static
     destructors, native libraries unloaded. Code that must run when a job's process ends registers
     with :func:`atexit.register`. Where a thread that is not a daemon still runs, Python would wait
-    for it: so does this, by raising ``end`` for the usual exit. The same choice as mypy's
+    for it: so does this, by raising ``end`` for the usual exit (joblib's process pool, where the
+    sweep ran one, is ended first: :func:`_stop_pool`). The same choice as mypy's
     (python/mypy#5569, "Call os._exit() for faster shut down in the normal case"); measured in
     ``scripts/bench_fixed_cost.py --only tabular``."""
+    _stop_pool()
     waiting = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
     run_hooks = getattr(atexit, "_run_exitfuncs", None)  # CPython's; runs each hook once, then forgets them
     if waiting or run_hooks is None:
@@ -69,6 +73,35 @@ def exit_now(end: SystemExit) -> None:
         except (OSError, ValueError):  # a closed pipe (`| head`) or stream: nothing left to say
             pass
     os._exit(0 if code is None else code if isinstance(code, int) else 1)
+
+
+def _stop_pool() -> None:
+    """End the workers of joblib's process pool where this process has one (``hydra/launcher=
+    gpu_pool``, ``joblib``): every job is done, so each is told to stop and waited for up to
+    :data:`POOL_EXIT_S`; one still there then is killed, the worker alone — its store process
+    answers what it was sent, then exits (:mod:`sweeps.tracking.store_process`), where loky's own
+    kill takes the whole process tree. A worker SIGKILLed while it held the pool's queue lock
+    (waiting for its next job) leaves the others blocked on that lock for good, and loky's
+    shutdown at the interpreter's exit waits for them (joblib/loky#348, #437; ``scripts/chaos.py``
+    seed 2919, fault 42: a sweep that printed its summary and never exited). Never raises."""
+    reusable = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(reusable, "_executor", None)
+    if executor is None:
+        return
+    workers = list(getattr(executor, "_processes", {}).values())
+    manager = getattr(executor, "_executor_manager_thread", None)  # shutdown() forgets it
+    try:
+        executor.shutdown(wait=False)  # an idle worker takes its stop and exits
+        deadline = time.monotonic() + POOL_EXIT_S
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        for worker in workers:
+            if worker.is_alive():
+                os.kill(worker.pid, signal.SIGKILL)
+        if manager is not None:
+            manager.join(POOL_EXIT_S)  # it sees the workers gone and ends: then no thread holds the exit
+    except Exception:  # noqa: BLE001 (the exit goes on: at worst as before)
+        pass
 
 
 if __name__ == "__main__":
