@@ -168,7 +168,7 @@ from sweeps.__main__ import exit_now
 pool = get_reusable_executor(max_workers=2)
 pool.submit(time.sleep, 2)  # a worker started
 time.sleep(2.5)
-stuck = pool.submit(time.sleep, 3600)  # a worker that never finishes: one blocked for good on a dead one's lock
+stuck = pool.submit(time.sleep, 90)  # outlasts the test's 60 s, as one blocked for good on a dead worker's lock
 print("pool up", flush=True)
 exit_now(SystemExit(0))
 """
@@ -182,6 +182,6 @@ def test_a_sweep_whose_pool_worker_never_finishes_still_exits(tmp_path):
     seed 2919, fault 42)."""
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", _POOL_ENDING], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60)  # without the kill: waits out the worker's hour
+                          timeout=60)  # without the kill: waits out the worker's 90 s
     assert proc.returncode == 0 and "pool up" in proc.stdout, proc.stderr[-2000:]
     assert time.monotonic() - start < 30
