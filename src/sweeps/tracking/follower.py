@@ -32,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -140,8 +141,8 @@ class Follower:
     """Ships the runs it follows, one beat at a time (:meth:`beat`), as the main loop of the
     follower process (:func:`serve`) or a thread of this process (:meth:`tell`, which starts the
     thread; it ends when no run is left). Commands: ``("follow", run id, folder, every,
-    evaluated)``, ``("drain", run id, last epoch)`` (shipped at the next beat, which comes at
-    once), ``("forget", run id)``."""
+    evaluated)``, ``("drain", run id, last epoch)`` (the follower process ships it at once; a
+    thread's run is taken over by :meth:`take`), ``("forget", run id)``."""
 
     def __init__(self, client: Any):
         self.client, self.sender = client, batches.sender(client)
@@ -149,7 +150,6 @@ class Follower:
         self.lock = threading.Lock()  # held while a run is shipped: a drain takes a run over between batches
         self._commands: list[tuple] = []
         self._guard = threading.Lock()  # the commands and the thread's start and end
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def command(self, cmd: tuple) -> None:
@@ -177,8 +177,6 @@ class Follower:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="sweeps-follower", daemon=True)
                 self._thread.start()
-        if cmd[0] == "drain":
-            self._wake.set()
 
     def take(self, run_id: str) -> Followed | None:
         """Stop shipping ``run_id`` here (after the batch under way) and return it (None: not followed)."""
@@ -192,8 +190,7 @@ class Follower:
     def _loop(self) -> None:
         priority.lowest(threading.get_native_id())  # this thread only: the job's own threads stay as they are
         while True:
-            self._wake.wait(self.sender.cadence.wait_s())
-            self._wake.clear()
+            time.sleep(self.sender.cadence.wait_s())  # a drain takes its run over here (take), not by a command
             with self._guard:
                 for cmd in self._commands:
                     self.command(cmd)
