@@ -52,8 +52,8 @@ ITEMS = [
     ("run open: create run, params, config.yaml, inputs", "launch/job/lifecycle.py", "__enter__"),
     ("training (the task's run)", "sweeps/tasks/train.py", "run"),
     ("close: summary, telemetry, artifacts, status", "launch/job/finish.py", "finish"),
-    ("  of which the drain posted (the follower ships the last epochs meanwhile)", "sweeps/tracking/writer.py", "drain"),
-    ("  of which waiting for the store process (the drain, posted calls)", "sweeps/tracking/writer.py", "drained"),
+    ("  of which the drain posted (the follower ships the last epochs meanwhile)", "sweeps/tracking/run.py", "drain"),
+    ("  of which waiting for the store process (the drain, posted calls)", "sweeps/tracking/run.py", "drained"),
     ("  of which telemetry.png (drawn while the store ingests)", "sweeps/telemetry/plot.py", "render"),
     ("  of which free memory (gc)", "sweeps/train/memory.py", "release_memory"),
 ]

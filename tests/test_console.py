@@ -61,7 +61,7 @@ def test_a_sweeps_console_off_a_terminal(tmp_path):
 
 
 def test_a_job_that_did_not_run_has_its_whole_reason_wrapped_under_the_summary():
-    from sweeps.tracking.console import summary_table
+    from sweeps.console import summary_table
 
     reason = ("MNIST is not under dataset.root=data (/home/someone/projects/bench/data) and dataset.download=false; "
               "put the four idx files in <root>/MNIST/raw/, or run once with network access and dataset.download=true")

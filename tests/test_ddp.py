@@ -273,7 +273,7 @@ def test_rank_0_of_a_resumed_run_logs_no_second_compile_time(tmp_path):
     ``log_summary``: the run keeps its first part's ``time/compile_s``, one point."""
     from sweeps.launch.placement.rank import RankRun, RankSpec
     from sweeps.tracking.store import open_client
-    from sweeps.tracking.writer import RunWriter
+    from sweeps.tracking.run import RunWriter
     from sweeps import names
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

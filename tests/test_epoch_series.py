@@ -9,9 +9,9 @@ import pytest
 from mlflow import MlflowClient
 
 from sweeps import names
-from sweeps.tracking.epochs import EpochLog, read_journal
+from sweeps.tracking.journal import EpochLog, read_journal
 from sweeps.tracking.store import open_client
-from sweeps.tracking.writer import RunWriter
+from sweeps.tracking.run import RunWriter
 
 
 def _run(tmp_path) -> tuple[MlflowClient, RunWriter]:

@@ -32,7 +32,7 @@ def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp
     batch not yet ingested), the rerun's start replays the journal and closes the run, then the
     dead job's batch lands. Every (metric, epoch) is stored once."""
     from sweeps import names
-    from sweeps.tracking import batches, follower, resume
+    from sweeps.tracking import batches, follower, replay
 
     client, experiment, run_id, folder = _journaled_killed_run(
         tmp_path, 5, lambda e: {**_record(e), names.TEST_ACC: float("nan")})
@@ -40,7 +40,7 @@ def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp
     dead._read()
     dead.checked = True
 
-    assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1  # the rerun's start
+    assert replay.mark_stale(client, experiment, tmp_path / "checkpoints") == 1  # the rerun's start
     dead.ship(client, batches.sender(client), final=True)  # the dead job's batch, ingested after the replay
 
     for key in (names.TRAIN_LOSS, names.EPOCH_S, names.TEST_ACC):
@@ -60,7 +60,8 @@ def test_params_tags_texts_and_inputs_a_killed_job_never_had_stored_reach_its_ru
     from omegaconf import OmegaConf
 
     from sweeps import names
-    from sweeps.tracking import batches, inputs, records, resume, writer
+    from sweeps.tracking import batches, inputs, records, replay
+    from sweeps.tracking import run as writer
     from sweeps.tracking.store import open_client
 
     monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # the dead job's beat sends nothing during the test
@@ -90,7 +91,7 @@ def test_params_tags_texts_and_inputs_a_killed_job_never_had_stored_reach_its_ru
     assert len(posted) == 7 and not client.get_run(run_id).data.tags.get("sweeps.note")
     assert not client.get_run(run_id).inputs.dataset_inputs
 
-    assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1  # the next start
+    assert replay.mark_stale(client, experiment, tmp_path / "checkpoints") == 1  # the next start
     run = client.get_run(run_id)
     assert run.data.params == {"already": "there", "optimizer.lr": "0.1", "batch": "64", names.TRAIN_EXAMPLES: "354",
                                names.TEST_EXAMPLES: "88", names.INPUT_SHAPE: "10"}
@@ -161,8 +162,8 @@ def test_a_job_killed_between_its_outcome_and_its_runs_status_is_closed_as_it_en
     import socket
 
     from sweeps import names
-    from sweeps.tracking import resume
-    from sweeps.tracking.epochs import JOURNAL
+    from sweeps.tracking import replay
+    from sweeps.tracking.journal import JOURNAL
     from sweeps.tracking.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -175,7 +176,7 @@ def test_a_job_killed_between_its_outcome_and_its_runs_status_is_closed_as_it_en
         (tmp_path / "checkpoints" / name / ids[name]).mkdir(parents=True)
         (tmp_path / "checkpoints" / name / ids[name] / JOURNAL).write_text('{"epoch": 1}\n')
 
-    assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 2
+    assert replay.mark_stale(client, experiment, tmp_path / "checkpoints") == 2
     ended, died = (client.get_run(ids[n]) for n in ("ended", "died"))
     assert (ended.info.status, ended.data.tags[names.OUTCOME_TAG]) == (status, outcome)
     assert not (tmp_path / "checkpoints" / "ended" / ids["ended"]).exists()  # as the job's end would have
@@ -224,7 +225,7 @@ def _record(epoch: int) -> dict:
 def _journaled_killed_run(tmp_path, last: int, record=_record):
     """A run on a new sqlite store whose job (a dead process) journaled epochs 1..``last``
     (``record(epoch)`` each) and sent none: (client, experiment id, run id, the run's folder)."""
-    from sweeps.tracking.epochs import JOURNAL, EpochLog
+    from sweeps.tracking.journal import JOURNAL, EpochLog
     from sweeps.tracking.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -245,9 +246,9 @@ def test_a_stale_runs_replay_starts_at_its_cursor_and_reads_no_metric_history(tm
     are found in the run and not sent again, and no metric's whole history is read (a 10,000-epoch
     run holds ~200,000 rows): each epoch is stored once and the cursor ends at 12."""
     from sweeps import names
-    from sweeps.tracking import batches, follower, resume
+    from sweeps.tracking import batches, follower, replay
     from sweeps.tracking.cursor import Cursor
-    from sweeps.tracking.epochs import JOURNAL, EpochLog
+    from sweeps.tracking.journal import JOURNAL, EpochLog
 
     client, experiment, run_id, folder = _journaled_killed_run(tmp_path, 10)
     follower.Followed(run_id, str(folder)).ship(client, batches.sender(client))  # its follower's beats
@@ -263,7 +264,7 @@ def test_a_stale_runs_replay_starts_at_its_cursor_and_reads_no_metric_history(tm
 
     sent = []
     stale = _Store(client, get_metric_history=no_history, log_batch=lambda run, metrics=(), **k: sent.extend(metrics))
-    assert resume.mark_stale(stale, experiment, tmp_path / "checkpoints") == 1
+    assert replay.mark_stale(stale, experiment, tmp_path / "checkpoints") == 1
     assert sorted({m.step for m in sent}) == [11, 12]
     for key in (names.TRAIN_LOSS, names.EPOCH_S):
         assert _steps(client, run_id, key) == list(range(1, 13)), key
@@ -280,7 +281,7 @@ def test_the_cursor_stays_before_a_batch_the_store_refused_and_the_next_beat_sen
     from sweeps import names
     from sweeps.tracking import batches, follower
     from sweeps.tracking.cursor import Cursor
-    from sweeps.tracking.epochs import JOURNAL, EpochLog
+    from sweeps.tracking.journal import JOURNAL, EpochLog
     from sweeps.tracking.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -322,7 +323,7 @@ def test_a_resumed_job_killed_again_never_has_the_epochs_it_ran_again_replayed(t
     of 4-6 again: each (metric, epoch) is stored once."""
     from sweeps import names
     from sweeps.launch.job import lifecycle
-    from sweeps.tracking import batches, resume, shipping
+    from sweeps.tracking import batches, replay, shipping
     from sweeps.train.loop import Trainer
 
     tiny = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1,8,8]",
@@ -356,7 +357,7 @@ def test_a_resumed_job_killed_again_never_has_the_epochs_it_ran_again_replayed(t
     client, run_id = store(tmp_path), folder.name
     client.set_tag(run_id, names.PID_TAG, str(_dead_pid()))
     experiment = client.get_run(run_id).info.experiment_id
-    assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1
+    assert replay.mark_stale(client, experiment, tmp_path / "checkpoints") == 1
     for key in (names.TRAIN_LOSS, names.EPOCH_S):
         assert _steps(client, run_id, key) == list(range(1, 9)), key
 
@@ -368,7 +369,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 from sweeps import names
 from sweeps.tracking import cursor
-from sweeps.tracking.epochs import read_journal
+from sweeps.tracking.journal import read_journal
 uri, run_id, folder, wait_s = sys.argv[1:5]
 client = MlflowClient(uri)
 cursor.hold(client, folder)
@@ -399,12 +400,12 @@ def test_a_rerun_closes_a_killed_run_only_after_its_dead_jobs_store_process_has_
     which process it waits for, then replays nothing twice and closes the run as killed — the dead
     job's late ``outcome=running`` does not land over it (without the wait it did)."""
     from sweeps import names
-    from sweeps.tracking import resume
+    from sweeps.tracking import replay
 
     client, experiment, run_id, shipper = _killed_run_with_a_shipper(tmp_path, wait_s=1.5)
     try:
         with caplog.at_level("INFO", logger="sweeps"):
-            assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1
+            assert replay.mark_stale(client, experiment, tmp_path / "checkpoints") == 1
         ended_first = shipper.poll()
         assert shipper.wait(timeout=60) == 0  # whatever it still had to send is in now
     finally:
@@ -422,7 +423,7 @@ def test_a_shipper_that_never_ends_holds_a_rerun_up_for_the_bounded_wait_only(tm
     """A dead job's store process that does not finish (a store that hangs it): the rerun's start
     waits ``timeout_s``, warns naming it, and replays and closes the run anyway."""
     from sweeps import names
-    from sweeps.tracking import cursor, resume
+    from sweeps.tracking import cursor, replay
 
     client, experiment, run_id, shipper = _killed_run_with_a_shipper(tmp_path, wait_s=60)
     try:
@@ -434,7 +435,7 @@ def test_a_shipper_that_never_ends_holds_a_rerun_up_for_the_bounded_wait_only(tm
         shipper.kill()  # the lock goes with the process, however it ends
         shipper.wait()
         assert cursor.wait_for_shipper(tmp_path / "checkpoints" / "h1" / run_id, run_id, timeout_s=0)
-        assert resume.mark_stale(client, experiment, tmp_path / "checkpoints") == 1
+        assert replay.mark_stale(client, experiment, tmp_path / "checkpoints") == 1
     finally:
         shipper.kill()
         shipper.wait()
@@ -449,7 +450,7 @@ def test_the_process_that_ingests_a_run_holds_its_ship_lock_from_its_start_to_it
 
     from sweeps.tracking import cursor
     from sweeps.tracking.store import open_client
-    from sweeps.tracking.writer import RunWriter
+    from sweeps.tracking.run import RunWriter
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     writer = RunWriter(client, client.create_experiment("lock"), "job", None, {})

@@ -13,9 +13,9 @@ import pytest
 from sweeps import names
 from sweeps.tracking import batches, follower, shipping
 from sweeps.tracking.cursor import Cursor
-from sweeps.tracking.epochs import JOURNAL, EpochLog
+from sweeps.tracking.journal import JOURNAL, EpochLog
 from sweeps.tracking.store import open_client
-from sweeps.tracking.writer import RunWriter
+from sweeps.tracking.run import RunWriter
 
 
 def _job(tmp_path, every: int = 1):

@@ -14,7 +14,7 @@ from sweeps import names
 from sweeps.launch.cli import command as cli
 from sweeps.launch.process import signals
 from sweeps.state import current
-from sweeps.tracking.epochs import EpochLog
+from sweeps.tracking.journal import EpochLog
 from sweeps.train import checkpoint
 from sweeps.train.builder import COMPILE_BACKEND_ENV
 from sweeps.train.loop import Trainer

@@ -301,8 +301,8 @@ def test_marking_a_stale_run_killed_replays_its_journal_first_exactly_once(tmp_p
     reach the run before it is closed, each once, however often the store is opened again."""
     import json
 
-    from sweeps.tracking import resume
-    from sweeps.tracking.epochs import JOURNAL
+    from sweeps.tracking import replay
+    from sweeps.tracking.journal import JOURNAL
     from sweeps.tracking.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -315,7 +315,7 @@ def test_marking_a_stale_run_killed_replays_its_journal_first_exactly_once(tmp_p
     journal.parent.mkdir(parents=True)
     journal.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"epoch": 6, "train/lo')  # torn last line
     for _ in range(2):  # the sweep's start and the job's own: the second finds nothing to do
-        resume.mark_stale(client, experiment, tmp_path / "checkpoints")
+        replay.mark_stale(client, experiment, tmp_path / "checkpoints")
     run = client.get_run(run_id)
     assert run.info.status == "KILLED" and run.data.tags["outcome"] == "killed"
     for key in ("train/loss", "time/epoch_s"):
@@ -331,8 +331,8 @@ def test_a_run_whose_store_went_away_at_its_jobs_end_is_closed_by_the_next_start
     import json
 
     from sweeps import names
-    from sweeps.tracking import resume
-    from sweeps.tracking.epochs import JOURNAL
+    from sweeps.tracking import replay, resume
+    from sweeps.tracking.journal import JOURNAL
     from sweeps.tracking.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -342,11 +342,11 @@ def test_a_run_whose_store_went_away_at_its_jobs_end_is_closed_by_the_next_start
     folder = tmp_path / "checkpoints" / "h3" / run_id
     folder.mkdir(parents=True)
     (folder / JOURNAL).write_text("".join(json.dumps({"epoch": e, "train/loss": 1.0 / e}) + "\n" for e in range(1, 5)))
-    assert resume.keep_unclosed(folder, names.OK, "", "FINISHED", {"test/final_acc": 0.75},
+    assert replay.keep_unclosed(folder, names.OK, "", "FINISHED", {"test/final_acc": 0.75},
                                 {"epochs.csv": "epoch,train/loss\n1,1.0\n", "telemetry.png": b"\x89PNG"},
                                 {names.TELEMETRY_TAG: "nvml"}) == folder
     for _ in range(2):  # the sweep's start and the job's own: the second finds nothing to do
-        resume.mark_stale(client, experiment, tmp_path / "checkpoints")
+        replay.mark_stale(client, experiment, tmp_path / "checkpoints")
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and run.data.tags[names.OUTCOME_TAG] == names.OK
     assert names.ERROR_TAG not in run.data.tags
@@ -362,15 +362,15 @@ def test_a_failed_jobs_run_left_open_keeps_its_folder_when_closed_later(tmp_path
     with the job's own error line (not "killed"), and keeps nothing it does not need: the folder
     of a run that is not done stays, as a killed run's does."""
     from sweeps import names
-    from sweeps.tracking import resume
+    from sweeps.tracking import replay
     from sweeps.tracking.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("away")
     run_id = _stale_run(client, experiment, "h4")
     folder = tmp_path / "checkpoints" / "h4" / run_id
-    resume.keep_unclosed(folder, names.ERROR, "ValueError: bad batch", "FAILED", {}, {})
-    resume.mark_stale(client, experiment, tmp_path / "checkpoints")
+    replay.keep_unclosed(folder, names.ERROR, "ValueError: bad batch", "FAILED", {}, {})
+    replay.mark_stale(client, experiment, tmp_path / "checkpoints")
     run = client.get_run(run_id)
     assert run.info.status == "FAILED"
     assert (run.data.tags[names.OUTCOME_TAG], run.data.tags[names.ERROR_TAG]) == (names.ERROR, "ValueError: bad batch")
@@ -387,7 +387,7 @@ def test_a_writer_whose_store_stays_down_gives_up_after_down_s_and_then_tries_on
     from mlflow import MlflowClient
 
     from sweeps.tracking import batches
-    from sweeps.tracking import writer as writer_mod
+    from sweeps.tracking import run as writer_mod
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setattr(batches, "RETRIES", (0.05,) * 20)
@@ -423,8 +423,8 @@ def test_a_stale_runs_replay_sends_the_points_its_series_stride_holds(tmp_path):
     job would have."""
     import json
 
-    from sweeps.tracking import resume
-    from sweeps.tracking.epochs import JOURNAL
+    from sweeps.tracking import replay
+    from sweeps.tracking.journal import JOURNAL
     from sweeps.tracking.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -435,7 +435,7 @@ def test_a_stale_runs_replay_sends_the_points_its_series_stride_holds(tmp_path):
     journal = tmp_path / "checkpoints" / "h2" / run_id / JOURNAL
     journal.parent.mkdir(parents=True)
     journal.write_text("".join(json.dumps({"epoch": e, "train/loss": 1.0 / e}) + "\n" for e in range(1, 8)))
-    resume.mark_stale(client, experiment, tmp_path / "checkpoints")
+    replay.mark_stale(client, experiment, tmp_path / "checkpoints")
     assert sorted(m.step for m in client.get_metric_history(run_id, "train/loss")) == [1, 5, 7]
 
 

@@ -156,7 +156,7 @@ def test_a_store_locked_longer_than_sqlites_default_wait_is_waited_for_quietly(t
     import time
 
     from sweeps.tracking.store import open_client, quiet_sqlite
-    from sweeps.tracking.writer import RunWriter
+    from sweeps.tracking.run import RunWriter
 
     quiet_sqlite()  # as store_processes.prepare does before the first connection
     db = tmp_path / "mlflow.db"

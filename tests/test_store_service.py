@@ -24,11 +24,11 @@ from sweeps.telemetry import plot
 from sweeps.telemetry.sampler import Telemetry
 from sweeps.tracking import inputs, priority
 from sweeps.tracking.cursor import Cursor
-from sweeps.tracking.epochs import JOURNAL, EpochLog
+from sweeps.tracking.journal import JOURNAL, EpochLog
 from sweeps.tracking.store_client import RemoteClient, StoreError
 from sweeps.tracking.store_processes import _runs_jobs
 from sweeps.tracking.store_service import StoreService
-from sweeps.tracking.writer import RunWriter
+from sweeps.tracking.run import RunWriter
 
 
 @pytest.fixture
@@ -148,7 +148,7 @@ def test_a_store_process_killed_mid_job_loses_nothing(service, caplog):
 JOB_THAT_DIES = """
 import os, signal, sys
 from sweeps.tracking.store_service import StoreService
-from sweeps.tracking.writer import RunWriter
+from sweeps.tracking.run import RunWriter
 
 service = StoreService()
 service.open(sys.argv[1], "exp")

@@ -9,7 +9,7 @@ import torch
 
 from sweeps import names
 from sweeps.launch.job.summary import summary_row
-from sweeps.tracking.console import summary_table
+from sweeps.console import summary_table
 from sweeps.train import timing
 from sweeps.train.loop import summarize
 from sweeps.train.timing import PHASES, PhaseTimer, wall_clock

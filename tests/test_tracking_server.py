@@ -177,8 +177,8 @@ def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_back
     out, and every value of every epoch reaches the store exactly once."""
     from sweeps.tracking import batches
     from sweeps.tracking.batches import FLUSH_S
-    from sweeps.tracking.epochs import JOURNAL, EpochLog
-    from sweeps.tracking.writer import RunWriter
+    from sweeps.tracking.journal import JOURNAL, EpochLog
+    from sweeps.tracking.run import RunWriter
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the sender's own retries, not urllib3's
     uri, _ = wal_server

@@ -13,8 +13,8 @@ from conftest import runs, store
 from sweeps import names
 from sweeps.tracking.store import open_client
 from sweeps.tracking import batches
-from sweeps.tracking.epochs import EpochLog, read_journal
-from sweeps.tracking.writer import RunWriter
+from sweeps.tracking.journal import EpochLog, read_journal
+from sweeps.tracking.run import RunWriter
 
 
 def _client(tmp_path) -> tuple[MlflowClient, str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
 from dataclasses import dataclass
 
 from sweeps import names

@@ -8,7 +8,7 @@ down: each later send is tried once, so a tracking server that goes away costs a
 minute, not MLflow's minutes of retries per batch (:mod:`sweeps.tracking.http_policy`). Nothing is
 lost by a refusal: every epoch is in the run's journal, which the follower ships from its cursor
 (:mod:`sweeps.tracking.follower`), and the job-level values a job's end could not send are kept in
-the run's folder for the next start (:func:`sweeps.tracking.resume.keep_unclosed`).
+the run's folder for the next start (:func:`sweeps.tracking.replay.keep_unclosed`).
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ ends; once MLflow has taken a batch (``log_batch`` returned, so the store commit
 the batch's last epoch: the file then reads ``{"epoch": E}``, every journaled value through E is in
 the run (the epochs off the run's series stride are passed over, not sent).
 
-A replay looks only at the journal's epochs after E (:meth:`~sweeps.tracking.writer.RunWriter.replay`:
+A replay looks only at the journal's epochs after E (:meth:`~sweeps.tracking.run.RunWriter.replay`:
 a resumed job, or a later start closing a run whose process died), asks the store which of their
 values it holds already (the cursor lags a batch where the follower was killed between the commit
 and the write) and sends the rest. It does not
@@ -20,7 +20,7 @@ ingests a run's values for its job — the job's store process, or the job's own
 holds an in-process client — holds an ``flock`` on :data:`SHIP_LOCK` from the run's start to its
 end (:func:`hold`, :func:`release`). A job killed with ``kill -9`` leaves its store process behind,
 answering what the job had sent it (its posted tags, the follower's batch under way) before it exits. A
-rerun's :func:`~sweeps.tracking.resume.mark_stale` waits for that lock (:func:`wait_for_shipper`)
+rerun's :func:`~sweeps.tracking.replay.mark_stale` waits for that lock (:func:`wait_for_shipper`)
 before it replays the journal and closes the run: nothing of the dead job then lands after the
 replay, such as its ``sweeps.outcome=running`` over the ``killed`` the rerun wrote. The kernel
 releases the lock with the process that held it, however that process ends.
@@ -88,7 +88,7 @@ _held: dict[str, int] = {}  # run folder → the open file holding its ship lock
 def hold(client: Any, folder: str) -> None:
     """Take the ship lock of the run whose folder is ``folder`` (created where missing) and keep it
     until :func:`release` or this process's end; run where the run's values are ingested
-    (:meth:`~sweeps.tracking.writer.RunWriter.post`: the store process, else the job's own). Never
+    (:meth:`~sweeps.tracking.run.RunWriter.post`: the store process, else the job's own). Never
     waits: where another process holds it still (a dead job's store process that
     :func:`wait_for_shipper` gave up on), the run goes on without it. Never raises."""
     if folder in _held:

@@ -1,7 +1,7 @@
 """The follower: ships each followed run's journal to MLflow, from the run's cursor.
 
 Job → journal → follower → MLflow. A job appends each epoch's record to its run's journal
-(``epochs.jsonl``, :mod:`sweeps.tracking.epochs`) and does nothing else for MLflow on its hot
+(``epochs.jsonl``, :mod:`sweeps.tracking.journal`) and does nothing else for MLflow on its hot
 path. The follower reads the lines the journal gained, takes the epochs after the run's cursor
 (:mod:`sweeps.tracking.cursor`) that belong to the run's MLflow series
 (:func:`~sweeps.tracking.series.in_series`), sends their values with each record's own timestamp
@@ -40,7 +40,7 @@ from typing import Any
 from sweeps import names
 from sweeps.tracking import batches, priority
 from sweeps.tracking.cursor import Cursor
-from sweeps.tracking.epochs import JOURNAL
+from sweeps.tracking.journal import JOURNAL
 from sweeps.tracking.series import in_series
 
 log = logging.getLogger("sweeps")

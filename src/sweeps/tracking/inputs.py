@@ -96,7 +96,7 @@ def log_datasets(client: MlflowClient, run_id: str, name: str, fingerprint: str,
 def log_job_data(writer, dataset_cfg, fingerprint: str, in_shape: Sequence[int], train_n: int | None, test_n: int,
                  regression: bool) -> None:
     """A job's :func:`example_params` and :func:`log_datasets` through its
-    :class:`~sweeps.tracking.writer.RunWriter` (two calls, once per job; through a store process
+    :class:`~sweeps.tracking.run.RunWriter` (two calls, once per job; through a store process
     neither is waited for), journaled first where the writer journals
     (:mod:`sweeps.tracking.records`). Never raises: a store that refuses the inputs is reported in one line
     and the job goes on."""

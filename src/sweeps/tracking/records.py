@@ -1,11 +1,11 @@
 """A run's params, tags, small texts and dataset inputs, journaled: each call that logs them appends one JSON line to the
 run's :data:`RECORDS` file (beside its epoch journal, in the run's checkpoint folder) before it is
 sent, and a later start replays what the run lacks (:func:`replay`, from
-:func:`sweeps.tracking.resume.mark_stale`).
+:func:`sweeps.tracking.replay.mark_stale`).
 
 Why: through a store process a job does not wait for a tag or a param to be stored
-(:meth:`~sweeps.tracking.writer.RunWriter.set_tags`), and :meth:`RunWriter.queue_tags
-<sweeps.tracking.writer.RunWriter.queue_tags>` holds tags until the job's next job-level values.
+(:meth:`~sweeps.tracking.run.RunWriter.set_tags`), and :meth:`RunWriter.queue_tags
+<sweeps.tracking.run.RunWriter.queue_tags>` holds tags until the job's next job-level values.
 A job killed (SIGKILL, the OOM killer) between the call and the store taking it lost them; the
 line written first survives the process, as the epoch journal does. Replaying is idempotent: a
 param MLflow already holds is not sent again (a param's value never changes), a tag only where

@@ -3,7 +3,7 @@ follower process it starts (the store process: :func:`start`) or a follower thre
 an :class:`mlflow.MlflowClient` of its own), the runs it follows (:func:`follow`), their drains at
 the jobs' ends (:func:`drain`, :func:`drained`) and the replays of dead jobs' journals
 (:func:`replay`). Each is run where the store is (:func:`~sweeps.tracking.store_client.in_store`,
-:meth:`~sweeps.tracking.writer.RunWriter.post`).
+:meth:`~sweeps.tracking.run.RunWriter.post`).
 
 A drain waits for the follower's cursor to reach the job's last epoch. Where it does not move for
 :data:`STALL_S` (a machine whose cores other programs keep busy starves the lowest priority; a
@@ -177,7 +177,7 @@ def stop_all() -> None:
 
 def follow(client: Any, run_id: str, folder: str, every: int, evaluated: bool) -> None:
     """Ship run ``run_id``'s journal in ``folder`` from its cursor, beat after beat, where the
-    store is (:meth:`~sweeps.tracking.writer.RunWriter.follow`)."""
+    store is (:meth:`~sweeps.tracking.run.RunWriter.follow`)."""
     held = shipping(client)
     held.followed[run_id] = (folder, every, evaluated)
     held.tell(("follow", run_id, folder, every, evaluated))

@@ -22,7 +22,7 @@ gave the pipe up: a job SIGKILLed right after posting its params loses none of t
 gave the pipe up runs its unanswered posts itself too: they are idempotent — params and tags set
 to the same value, metric values carrying their epoch's timestamp, texts rewritten.) It then
 kills the follower process: what a dead job's follower had not shipped, a later start replays
-from the run's cursor (:func:`sweeps.tracking.resume.mark_stale`).
+from the run's cursor (:func:`sweeps.tracking.replay.mark_stale`).
 """
 from __future__ import annotations
 

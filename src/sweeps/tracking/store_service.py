@@ -125,9 +125,9 @@ class StoreService:
         """:meth:`call` without waiting for it: the answer is read before the next call's (or at
         :meth:`settle`, or :func:`~sweeps.tracking.store_processes.stop`); a failure is then a
         warning naming ``what``, and ``on_error()`` is called. For work the job need not wait for
-        yet: its run's drain at its end (:meth:`~sweeps.tracking.writer.RunWriter.drain`, while it
+        yet: its run's drain at its end (:meth:`~sweeps.tracking.run.RunWriter.drain`, while it
         builds ``epochs.csv``), a run's params, tags and texts (~10 ms each,
-        :meth:`~sweeps.tracking.writer.RunWriter.set_tags`). Up to
+        :meth:`~sweeps.tracking.run.RunWriter.set_tags`). Up to
         :data:`MAX_POSTED` posts wait for their answers at once (a large request holds the caller
         until the store process reads it). The store process answers every request it was sent
         before it exits, even where this process died meanwhile; where it is gone, the call runs

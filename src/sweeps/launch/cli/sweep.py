@@ -23,7 +23,7 @@ from sweeps.launch.job.summary import print_summary
 from sweeps.launch.process import outcome, parent_run, signals
 from sweeps.state import current
 from sweeps.tracking import store, store_processes
-from sweeps.tracking.console import wrap
+from sweeps.console import wrap
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -178,10 +178,10 @@ class SweepCallback(Callback):
 
     def _open_parent(self, config: DictConfig, client: MlflowClient, experiment_id: str) -> None:
     
-        from sweeps.tracking import naming, resume
+        from sweeps.tracking import naming, replay, resume
         from sweeps.provenance.machine import environment_tags
 
-        resume.mark_stale(client, experiment_id, config.checkpoint.dir)
+        replay.mark_stale(client, experiment_id, config.checkpoint.dir)
         name = "/".join(Path(str(config.hydra.sweep.dir)).parts[-2:]) or "sweep"
         command = " ".join(["python -m sweeps", *sys.argv[1:]])[:5000]
         tags = {**environment_tags(), **resume.owner_tags(), names.KIND_TAG: "sweep", names.SWEEP_DIR_TAG: str(config.hydra.sweep.dir),

@@ -13,7 +13,7 @@ from sweeps import names, state
 from sweeps.launch.job.summary import describe_run
 from sweeps.launch.process import outcome as oc
 from sweeps.telemetry import plot
-from sweeps.tracking import resume
+from sweeps.tracking import replay, resume
 from sweeps.errors import describe
 from sweeps.train.memory import release_memory
 
@@ -44,7 +44,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     status, then the run's folder (checkpoints, journal) cleared once done and every value sent, or
     once unavailable (no epoch ran; a rerun starts a new run).
     A run the store did not let it close keeps its folder, with the outcome
-    (:func:`~sweeps.tracking.resume.keep_unclosed`), for the next start to close it. The run's
+    (:func:`~sweeps.tracking.replay.keep_unclosed`), for the next start to close it. The run's
     last epochs are drained first (:meth:`RunWriter.drain`): the follower ships them while this
     process draws the figure and builds the tables. Never raises."""
     job.outcome, job.error = outcome, error
@@ -125,7 +125,7 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
     except Exception as e:  # the store went away: the run's folder keeps what a later start closes it with
         unsent = {**texts, **({plot.ARTIFACT: png[0]} if png and png[0] else {})}
         folder = getattr(getattr(job, "checkpoints", None), "directory", None)
-        kept = folder and resume.keep_unclosed(folder, outcome, error, status,
+        kept = folder and replay.keep_unclosed(folder, outcome, error, status,
                                                {k: float(v) for k, v in logged.items() if v is not None}, unsent,
                                                job.writer.unsent_tags)
         log.error("job %s: its MLflow run %s could not be closed (%s); %s", job.name, job.writer.run_id,

@@ -30,10 +30,10 @@ from sweeps.launch.process import parent_run, signals
 from sweeps.state import current
 from sweeps.tasks.base import Task, create, settings_of_other_tasks
 from sweeps.telemetry.sampler import for_job
-from sweeps.tracking import inputs, naming, resume, series, store, store_processes
+from sweeps.tracking import inputs, naming, replay, resume, series, store, store_processes
 from sweeps.provenance.machine import environment_tags, fingerprint_json
-from sweeps.tracking.epochs import JOURNAL, EpochLog, read_journal
-from sweeps.tracking.writer import RunWriter
+from sweeps.tracking.journal import JOURNAL, EpochLog, read_journal
+from sweeps.tracking.run import RunWriter
 from sweeps.train import host_heap
 from sweeps.train.checkpoint import Checkpoints
 
@@ -224,7 +224,7 @@ def run(cfg: DictConfig) -> str:
     client, experiment_id = store_processes.prepare(cfg, hold=signals.held)  # a new store is created whole
     signals.stop_if_received()  # a signal held while the store was created: raised now
     if not multirun:  # a sweep does this once, in its callback
-        resume.mark_stale(client, experiment_id, cfg.checkpoint.dir)
+        replay.mark_stale(client, experiment_id, cfg.checkpoint.dir)
     task.other_settings = tuple(settings_of_other_tasks(cfg.task))  # neither params nor identity
     ident = identity.of_job(cfg, task.other_settings)  # config, data, hardware, the user's code
     chash = ident.config_hash

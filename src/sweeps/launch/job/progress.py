@@ -7,11 +7,10 @@ for a job's own name. Imports neither torch nor mlflow: the header comes before 
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from sweeps.launch.process import parent_run
 from sweeps.state import current
-from sweeps.tracking.console import hms, wrap
+from sweeps.console import hms, wrap
 
 
 def header(jobs: int, preset: str | None, experiment: str, uri: str) -> str:

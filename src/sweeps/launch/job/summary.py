@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps import names
 from sweeps.tracking import naming
-from sweeps.tracking.console import summary_table
+from sweeps.console import summary_table
 from sweeps.tracking.entities import classes
 from sweeps.report.timing_noise import unreliable
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def summary_row(run: Any) -> dict:
-    """One summary row (see :func:`sweeps.tracking.console.summary_table`) from a job's MLflow run."""
+    """One summary row (see :func:`sweeps.console.summary_table`) from a job's MLflow run."""
     m, tags = run.data.metrics, run.data.tags
     row = {"job": tags.get(names.OVERRIDES_TAG, run.info.run_name), "outcome": tags.get(names.OUTCOME_TAG, "?"),
            "error": tags.get(names.ERROR_TAG, ""), "first_s": m.get(names.FIRST_EPOCH_S),
@@ -37,7 +37,7 @@ def summary_row(run: Any) -> dict:
 def describe_run(client: MlflowClient, run_id: str, outcome: str, error: str) -> None:
     """Set run ``run_id``'s description (``mlflow.note.content``): its outcome line and its summary
     row, from the run as the store holds it once its job closed it (one read, one write; run where
-    the store is, :meth:`~sweeps.tracking.writer.RunWriter.post`).
+    the store is, :meth:`~sweeps.tracking.run.RunWriter.post`).
 
     Raises:
         mlflow.exceptions.MlflowException: the store refused the read or the write.

@@ -46,7 +46,7 @@ from sweeps.launch.placement import gpu_pool
 from sweeps.launch.placement import rank as rank_process
 from sweeps.launch.placement.device import ddp_backend as backend
 from sweeps.tracking import store
-from sweeps.tracking.epochs import read_journal
+from sweeps.tracking.journal import read_journal
 from sweeps.train.noise import JOB_PID_ENV
 
 log = logging.getLogger("sweeps")

@@ -42,7 +42,7 @@ from sweeps.launch.process.outcome import classify, explain
 from sweeps.tasks.base import create
 from sweeps.telemetry.sampler import for_job
 from sweeps.tracking import series
-from sweeps.tracking.epochs import EpochLog
+from sweeps.tracking.journal import EpochLog
 from sweeps.train import distributed, host_heap
 from sweeps.train.checkpoint import Checkpoints
 
@@ -102,7 +102,7 @@ class RankRun:
         if rank == 0:
             from mlflow import MlflowClient  # rank 0 only: the others never talk to the store
 
-            from sweeps.tracking.writer import RunWriter
+            from sweeps.tracking.run import RunWriter
 
             # the run its job process opened, maybe resumed: what an earlier part logged at step 0
             # (time/compile_s) is not logged a second time

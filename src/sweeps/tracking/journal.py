@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from sweeps import names
-from sweeps.tracking.console import EpochTable
+from sweeps.console import EpochTable
 
 JOURNAL = "epochs.jsonl"  # a run's per-epoch records, in its folder beside its checkpoints
 log = logging.getLogger("sweeps")
@@ -25,7 +25,7 @@ class EpochLog:
     """Collects the records of one job.
 
     Args:
-        writer: the run's :class:`~sweeps.tracking.writer.RunWriter` (its pending job-level values
+        writer: the run's :class:`~sweeps.tracking.run.RunWriter` (its pending job-level values
             are sent at the first epoch), or None (a data-parallel rank other than 0).
         journal: the JSON-lines file to append to (created with its folder), or None.
         regression: console columns for regression (RMSE) instead of accuracy.

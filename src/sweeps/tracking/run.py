@@ -2,7 +2,7 @@
 the run's journal followed, end status.
 
 The per-epoch metrics are not sent from here: the job appends them to the run's journal
-(:mod:`sweeps.tracking.epochs`) and the follower ships the journal where the store is
+(:mod:`sweeps.tracking.journal`) and the follower ships the journal where the store is
 (:mod:`sweeps.tracking.follower`; :meth:`RunWriter.follow`, :meth:`RunWriter.drain`). Params,
 tags and small texts are journaled first where the run has a folder
 (:mod:`sweeps.tracking.records`) and posted; job-level values (step 0: batch size, learning rate,
@@ -36,7 +36,7 @@ log = logging.getLogger("sweeps")
 class RunWriter:
     """One job's MLflow run: nested under the sweep's parent run when there is one. :attr:`lost`
     counts the values the store refused after every retry (kept for a later start: the journal,
-    :func:`~sweeps.tracking.resume.keep_unclosed`)."""
+    :func:`~sweeps.tracking.replay.keep_unclosed`)."""
 
     def __init__(self, client: MlflowClient, experiment_id: str, name: str,
                  parent_run_id: str | None, tags: dict[str, str]):
