@@ -1,7 +1,9 @@
-"""How many concurrent jobs one `mlflow server --workers 4` carries through the real run writer.
+"""How many concurrent jobs one `mlflow server --workers 4` carries, each through a journal and follower.
 
-N simulated jobs, each a real :class:`sweeps.tracking.writer.RunWriter` logging 15 metric values
-per 1-s epoch (as a training job does), spread over several client processes, send to a real
+N simulated jobs, each logging 15 metric values per 1-s epoch as a training job does — appended
+to its run's journal and shipped by a follower of its own (the real
+:class:`sweeps.tracking.run.RunWriter`, :class:`~sweeps.tracking.journal.EpochLog` and
+:mod:`sweeps.tracking.follower`), spread over several client processes — send to a real
 `mlflow server` on 127.0.0.1 that this script starts — with a sqlite backend (a file on local
 disk in WAL mode, as docs/devices.md advises a server's sqlite; ``--sqlite-journal delete`` for
 sqlite's default rollback journal), and with a PostgreSQL backend from a cluster it creates in a
@@ -10,7 +12,7 @@ process it started.
 
 For each N it prints, over ``--repeats`` trials (median [min, max]): p50/p99 latency of a
 ``log_batch`` call and sends per second in the steady-state window (after ``--warmup-s``), the
-writers' send beat at the end (s), and the values in the store vs the values expected, read back
+followers' beat at the end (s), and the values in the store vs the values expected, read back
 from the database (each (run, key, step) once: lost and duplicated must be 0), and the values the
 server ingested in the window ÷ the values the jobs logged meanwhile (< 1: a backlog grows). A
 trial *carries* N when nothing is lost or duplicated, p99 latency < ``--p99-bound-s`` (default
@@ -140,12 +142,19 @@ def mlflow_server(store_uri: str, tmp: Path, workers: int):
 
 def client_process(url: str, exp_id: str, jobs: int, start_at: float, warmup_s: float, window_s: float,
                    out: mp.Queue) -> None:
-    """One client process: ``jobs`` RunWriters, one epoch of 15 values each per second from
-    ``start_at`` (time.time()) for warm-up + window; then each run ended (its flush completes)."""
-    os.environ["MLFLOW_HTTP_POOL_MAXSIZE"] = str(max(10, jobs))  # one connection per job's sender
+    """One client process: ``jobs`` simulated jobs, each as a training job logs to MLflow — a
+    :class:`~sweeps.tracking.run.RunWriter` whose epochs are appended to the run's journal
+    (:class:`~sweeps.tracking.journal.EpochLog`, 15 values an epoch, one epoch a second from
+    ``start_at``, time.time(), for warm-up + window) and shipped by a follower of its own
+    (:mod:`sweeps.tracking.follower`, on the cadence a job's follower keeps); then each job's
+    end: its run drained through its last epoch, and closed."""
+    os.environ["MLFLOW_HTTP_POOL_MAXSIZE"] = str(max(10, jobs))  # one connection per job's follower
     sys.stdout = open(os.devnull, "w")  # MLflow prints a "View run" line per ended run
     from mlflow import MlflowClient
-    from sweeps.tracking.writer import RunWriter
+
+    from sweeps.tracking import batches, priority
+    from sweeps.tracking.journal import JOURNAL, EpochLog
+    from sweeps.tracking.run import RunWriter
 
     calls: list[tuple[float, float, int]] = []  # (start, time.time(); latency, s; values)
     failed = [0]
@@ -162,30 +171,45 @@ def client_process(url: str, exp_id: str, jobs: int, start_at: float, warmup_s: 
                 if metrics:
                     calls.append((t0, time.perf_counter() - p0, len(metrics)))
 
-    # Each simulated job stands for a job on a machine of its own, whose sender yields only to that
-    # job's training. Here there is no training to yield to, and the server shares these 2 cores: a
-    # sender at the lowest priority (nice 19 under SCHED_IDLE, sweeps.tracking.priority) would get
-    # CPU only while the server's workers idle, and the figures would be this co-location's (sqlite
-    # at 500 jobs: 4.2 sends/s, p99 562 s, 2026-11-27). So the senders keep normal priority.
-    from sweeps.tracking import priority
-
+    # Each simulated job stands for a job on a machine of its own, whose follower yields only to
+    # that job's training. Here there is no training to yield to, and the server shares these 2
+    # cores: a follower at the lowest priority (nice 19 under SCHED_IDLE, sweeps.tracking.priority)
+    # would get CPU only while the server's workers idle, and the figures would be this
+    # co-location's (sqlite at 500 jobs: 4.2 sends/s, p99 562 s, 2026-11-27). So the followers keep
+    # normal priority; and each job has a client of its own, so a follower (a thread) of its own.
     priority.lowest = lambda thread=0: None
-    client = TimedClient(url)
-    writers = [_retry(lambda: RunWriter(client, exp_id, f"job{i}", None, {})) for i in range(jobs)]
+    folders = Path(tempfile.mkdtemp(prefix="sweeps-bench-server-"))
+    jobs_: list[tuple[RunWriter, EpochLog]] = []
+    for i in range(jobs):
+        writer = _retry(lambda: RunWriter(TimedClient(url), exp_id, f"job{i}", None, {}))
+        folder = folders / writer.run_id
+        writer.keep_in(folder)
+        jobs_.append((writer, EpochLog(writer, folder / JOURNAL, regression=False, log_every_s=3600)))
+        writer.follow()
     epochs = int((warmup_s + window_s) / EPOCH_S)
     time.sleep(max(0.0, start_at - time.time()))
     for epoch in range(1, epochs + 1):  # every job's epoch ends once a second
-        for w in writers:
-            w.log_metrics({k: epoch + i / 100 for i, k in enumerate(KEYS)}, step=epoch)
+        for _, journal in jobs_:
+            journal.append({"epoch": epoch, **{k: epoch + i / 100 for i, k in enumerate(KEYS)}})
         time.sleep(max(0.0, start_at + epoch * EPOCH_S - time.time()))
-    beats = [w.cadence.beat_s for w in writers]
-    with ThreadPoolExecutor(16) as pool:  # end-of-job flushes, many at once; the run's end retried when busy
-        list(pool.map(lambda w: (w.close(), _retry(lambda: w.client.set_terminated(w.run_id, "FINISHED"))), writers))
+    beats = [batches.sender(w.client).cadence.beat_s for w, _ in jobs_]
+
+    def end(job: tuple[RunWriter, EpochLog]) -> int:
+        writer, journal = job
+        journal.close()
+        writer.drain(epochs)
+        lost = writer.drained()
+        _retry(lambda: writer.end("FINISHED"))  # the run's end retried when the server is busy
+        return lost
+
+    with ThreadPoolExecutor(16) as pool:  # the jobs' ends, many at once
+        lost = sum(pool.map(end, jobs_))
+    shutil.rmtree(folders, ignore_errors=True)
     window = (start_at + warmup_s, start_at + warmup_s + window_s)
     out.put({"latencies": [lat for t0, lat, _ in calls if window[0] <= t0 < window[1]],
              "values_in_window": sum(n for t0, lat, n in calls if window[0] <= t0 + lat < window[1]),
-             "runs": [w.run_id for w in writers], "epochs": epochs, "beats": beats,
-             "lost": sum(w.lost for w in writers), "failed": failed[0]})
+             "runs": [w.run_id for w, _ in jobs_], "epochs": epochs, "beats": beats,
+             "lost": lost, "failed": failed[0]})
 
 
 def _retry(call, tries: int = 10):
