@@ -1,0 +1,36 @@
+"""The benchmark scripts still run the code they measure: a script of ``scripts/`` whose figures
+docs/benchmarks.md reports is run on its smallest setting, through the real path it benchmarks,
+and what it prints is checked where it says what was stored. (The figures themselves are the
+benchmarks' to print, not a test's to assert.)"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+JOBS, WARMUP_S, WINDOW_S = 3, 2, 4
+
+
+@pytest.mark.slow
+def test_bench_server_stores_every_simulated_jobs_epochs_once_through_journal_and_follower(tmp_path):
+    """``scripts/bench_server.py`` starts a real ``mlflow server`` on a new sqlite file, runs
+    :data:`JOBS` simulated jobs — each a run whose epochs (15 values, one a second) are appended to
+    its journal and shipped by its follower — ends them as a job ends, and reads the database back:
+    its table row says every (run, key, step) is there once. (Whether the server kept pace, its
+"carried" column, is a figure of the machine's load: not asserted.)"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_server.py"), "--backend", "sqlite",
+                           "--jobs", str(JOBS), "--repeats", "1", "--warmup-s", str(WARMUP_S),
+                           "--window-s", str(WINDOW_S), "--end-s", "120"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = next((line for line in proc.stdout.splitlines() if line.startswith(f"{JOBS} | ")), None)
+    assert row is not None, proc.stdout
+    cells = [c.strip() for c in row.split("|")]
+    expected = JOBS * (WARMUP_S + WINDOW_S) * 15
+    assert cells[6] == f"{expected}..{expected} / {expected}", row  # values stored / expected
+    assert (cells[7], cells[8]) == ("0", "0"), row  # lost, duplicated
