@@ -15,6 +15,15 @@ from conftest import REPO
 JOBS, WARMUP_S, WINDOW_S = 3, 2, 4
 
 
+def _bench(tmp_path, script: str, *args: str) -> str:
+    """What ``scripts/<script>`` printed, run as a user runs it (from another folder), once it exited 0."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / script), *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
 @pytest.mark.slow
 def test_bench_server_stores_every_simulated_jobs_epochs_once_through_journal_and_follower(tmp_path):
     """``scripts/bench_server.py`` starts a real ``mlflow server`` on a new sqlite file, runs
@@ -22,15 +31,21 @@ def test_bench_server_stores_every_simulated_jobs_epochs_once_through_journal_an
     its journal and shipped by its follower — ends them as a job ends, and reads the database back:
     its table row says every (run, key, step) is there once. (Whether the server kept pace, its
 "carried" column, is a figure of the machine's load: not asserted.)"""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_server.py"), "--backend", "sqlite",
-                           "--jobs", str(JOBS), "--repeats", "1", "--warmup-s", str(WARMUP_S),
-                           "--window-s", str(WINDOW_S), "--end-s", "120"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    row = next((line for line in proc.stdout.splitlines() if line.startswith(f"{JOBS} | ")), None)
-    assert row is not None, proc.stdout
+    out = _bench(tmp_path, "bench_server.py", "--backend", "sqlite", "--jobs", str(JOBS), "--repeats", "1",
+                 "--warmup-s", str(WARMUP_S), "--window-s", str(WINDOW_S), "--end-s", "120")
+    row = next((line for line in out.splitlines() if line.startswith(f"{JOBS} | ")), None)
+    assert row is not None, out
     cells = [c.strip() for c in row.split("|")]
     expected = JOBS * (WARMUP_S + WINDOW_S) * 15
     assert cells[6] == f"{expected}..{expected} / {expected}", row  # values stored / expected
     assert (cells[7], cells[8]) == ("0", "0"), row  # lost, duplicated
+
+
+@pytest.mark.slow
+def test_bench_epoch_append_times_a_jobs_journal_append_on_the_real_epoch_log(tmp_path):
+    """``scripts/bench_epoch_append.py`` times a job's per-epoch work on the real
+    :class:`~sweeps.tracking.journal.EpochLog` of a real run: each of its rows prints a time."""
+    out = _bench(tmp_path, "bench_epoch_append.py", "--repeats", "1", "--epochs", "50")
+    row = next((line for line in out.splitlines() if "a job's append (journal line)" in line), None)
+    assert row is not None, out
+    assert float(row.split()[-3]) > 0, row  # µs per epoch, median [min, max]
