@@ -9,8 +9,8 @@ from sweeps import names
 from sweeps.report import cost
 from sweeps.report.columns import (CPU_MEMORY, GPU_MEMORY, QUALITY, Footnotes, lr_cell, memory, memory_columns,
                                    quality, quality_columns)
-from sweeps.report.runs import JobRecord, memory_key
 from sweeps.console import hms
+from sweeps.report.runs import JobRecord, memory_key
 from sweeps.report.timing_noise import unreliable
 
 

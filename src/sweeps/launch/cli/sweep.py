@@ -15,6 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from sweeps import names
+from sweeps.console import wrap
 from sweeps.errors import UsageError, describe, signal_exception
 from sweeps.launch import launchers
 from sweeps.launch.cli.sweep_check import check_sweep, planned_jobs
@@ -23,7 +24,6 @@ from sweeps.launch.job.summary import print_summary
 from sweeps.launch.process import outcome, parent_run, signals
 from sweeps.state import current
 from sweeps.tracking import store, store_processes
-from sweeps.console import wrap
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

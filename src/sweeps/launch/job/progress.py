@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import shlex
 
+from sweeps.console import hms, wrap
 from sweeps.launch.process import parent_run
 from sweeps.state import current
-from sweeps.console import hms, wrap
 
 
 def header(jobs: int, preset: str | None, experiment: str, uri: str) -> str:

@@ -6,10 +6,10 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from sweeps import names
-from sweeps.tracking import naming
 from sweeps.console import summary_table
-from sweeps.tracking.entities import classes
 from sweeps.report.timing_noise import unreliable
+from sweeps.tracking import naming
+from sweeps.tracking.entities import classes
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
