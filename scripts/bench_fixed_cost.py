@@ -11,7 +11,7 @@ over ``--repeats``); asserts nothing.
   ``time/total_s``. The process's own start-up (imports, store creation) cancels out; it is
   printed beside as the start-up. Where that start-up varies by seconds (a slow VM), ÷ 10 leaves
   ±0.2 s: so each job's cycle inside the 15-job sweep is printed too (from its run's creation to
-  the next job's, less its training; jobs 2-14), the steadier figure. Target (issue 24): ≤ 0.5 s
+  the next job's, less its training; jobs 2-14), the steadier figure. Target: ≤ 0.5 s
   per job.
 - items: the same 10-job sweep under cProfile, each once-per-job step's cumulative time ÷ 10
   (composition, run creation with params/tags/inputs, data and model, training, the closing

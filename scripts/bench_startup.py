@@ -3,7 +3,7 @@
 in a single run, a bad value in the middle of a sweep list and a misspelt key, each as users run it
 (``python -m sweeps ...`` in a subprocess, in an empty folder). Prints the wall time's min /
 median / max over ``--repeats`` and which heavy modules (torch, torchvision, mlflow) the process
-imported (``python -X importtime``); asserts nothing. Targets (issue 24, 2-core machine):
+imported (``python -X importtime``); asserts nothing. Targets (2-core machine):
 ``--help`` ≤ 1.5 s, a bad value ≤ 2 s, none of the three imported. A bare ``python -c pass`` is
 timed beside them as the floor.
 

@@ -122,7 +122,7 @@ TRIES = int(os.environ.get("SWEEPS_RACE_TRIES", "1"))  # ~1-2 min each beside a 
 def test_kill_9_and_a_rerun_within_half_a_second_store_each_epoch_once(tmp_path):
     """``+experiment=diabetes batch=32``, SIGKILLed 1-4 s into its epochs and rerun 0.1-0.5 s later
     with a busy loop on the other core (the dead job's store process then ingests its last batch
-    late), TRIES times (``SWEEPS_RACE_TRIES=20`` for the issue's 20): no (metric, epoch) stored
+    late), TRIES times (``SWEEPS_RACE_TRIES=20`` for 20): no (metric, epoch) stored
     twice, no run left RUNNING, each rerun ends ok."""
     rng = random.Random(52)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])

@@ -1,7 +1,7 @@
 """How long a run's background writer waits between sends: it follows the tracking server's latency.
 
 A server shared by many jobs saturates when every job sends on a fixed beat (one ``mlflow server``
-with 4 workers: ~60 jobs sending once a second, issue 24). So the wait between two sends is
+with 4 workers: ~60 jobs sending once a second, docs/benchmarks.md). So the wait between two sends is
 ``K`` times the recent time a send took, clamped to ``[floor_s, cap_s]``: a job spends at most
 about 1/``K`` of its time waiting on the server, and when the server slows down every job sends
 less often, each send carrying more values (the writer coalesces everything queued into as few
