@@ -12,7 +12,7 @@ import pytest
 
 from sweeps import names
 from sweeps.tracking import batches, follower, shipping
-from sweeps.tracking.cursor import Cursor
+from sweeps.tracking.cursor import CURSOR, Cursor
 from sweeps.tracking.journal import JOURNAL, EpochLog
 from sweeps.tracking.store import open_client
 from sweeps.tracking.run import RunWriter
@@ -91,6 +91,36 @@ def test_a_capped_series_ships_its_stride_and_the_jobs_last_epoch_once(tmp_path,
     assert writer.drained() == 0
     writer.end("FINISHED")
     assert sorted(_steps(client, writer.run_id)) == [1, 10, 20, 30, 40, 50, 57]
+
+
+def test_a_new_runs_follower_sends_its_first_batch_without_asking_the_store_and_a_resumed_runs_asks(
+        tmp_path, monkeypatch):
+    """A run the job just created holds none of its epochs: its first batch goes without
+    :func:`~sweeps.tracking.follower.held_steps` (on a tracking server, every metric's whole
+    history: 15 calls a run at each of 500 jobs' start). A resumed run's follower (the run
+    reopened, its cursor possibly a batch behind) asks first; each epoch still lands once."""
+    monkeypatch.setattr(batches, "FLUSH_S", 0.1)
+    asked: list[str] = []
+    real = follower.held_steps
+    monkeypatch.setattr(follower, "held_steps", lambda client, run_id, wanted: (asked.append(run_id),
+                                                                              real(client, run_id, wanted))[1])
+    client, writer, epochs = _job(tmp_path)
+    _append(epochs, 1, 5)
+    writer.drain(5)
+    assert writer.drained() == 0
+    assert asked == []  # new: nothing to ask
+    epochs.close()
+    resumed = RunWriter.attach(client, writer.run_id)
+    resumed.keep_in(writer.cursor.path.parent)
+    (writer.cursor.path.parent / CURSOR).write_text('{"epoch": 3}')  # a batch behind what the store holds
+    resumed.follow()
+    more = EpochLog(resumed, writer.cursor.path.parent / JOURNAL, regression=False)
+    _append(more, 6, 8)
+    resumed.drain(8)
+    assert resumed.drained() == 0
+    resumed.end("FINISHED")
+    assert asked and set(asked) == {writer.run_id}  # resumed: asked before its first batch
+    assert sorted(_steps(client, writer.run_id)) == list(range(1, 9))
 
 
 def test_a_replay_after_a_dead_follower_sends_what_the_run_lacks_once(tmp_path):

@@ -51,17 +51,20 @@ class Followed:
     """One run being shipped: its journal in ``folder`` (None: ``records`` only, no cursor), read
     from where the last read ended, and the series stride (``every``, ``evaluated``) of
     :func:`~sweeps.tracking.series.in_series`. ``records``: the records to ship instead of the
-    journal's (a journal that could not be written). :attr:`through`: the job's last epoch, shipped
-    whether on the stride or not; :attr:`at`: the last epoch shipped (or passed over)."""
+    journal's (a journal that could not be written). ``fresh``: a run just created, of which the
+    store holds no epoch yet, so its first batch is sent without asking (:func:`held_steps`: on a
+    tracking server, each metric's whole history; 15 calls a run, 7,500 when 500 jobs start).
+    :attr:`through`: the job's last epoch, shipped whether on the stride or not; :attr:`at`: the
+    last epoch shipped (or passed over)."""
 
     def __init__(self, run_id: str, folder: str | None, every: int = 1, evaluated: bool = True,
-                 records: list[dict] | None = None):
+                 records: list[dict] | None = None, fresh: bool = False):
         self.run_id, self.every, self.evaluated = run_id, every, evaluated
         self.cursor = Cursor(folder) if folder else None
         self.journal = Path(folder) / JOURNAL if folder else None
         self.at = (self.cursor.read() if self.cursor else None) or 0
         self.through: int | None = None
-        self.checked = False  # the store was asked which of the values it holds (the cursor may lag a batch)
+        self.checked = fresh  # the store was asked which of the values it holds (the cursor may lag a batch)
         self.sent = 0  # values sent
         self._failing = False  # the last send failed (said once, until one succeeds)
         self._records = records
@@ -141,7 +144,7 @@ class Follower:
     """Ships the runs it follows, one beat at a time (:meth:`beat`), as the main loop of the
     follower process (:func:`serve`) or a thread of this process (:meth:`tell`, which starts the
     thread; it ends when no run is left). Commands: ``("follow", run id, folder, every,
-    evaluated)``, ``("drain", run id, last epoch)`` (the follower process ships it at once; a
+    evaluated, fresh)`` (:class:`Followed`), ``("drain", run id, last epoch)`` (the follower process ships it at once; a
     thread's run is taken over by :meth:`take`), ``("forget", run id)``."""
 
     def __init__(self, client: Any):
@@ -155,7 +158,8 @@ class Follower:
     def command(self, cmd: tuple) -> None:
         kind, run_id, *args = cmd
         if kind == "follow":
-            self.runs[run_id] = Followed(run_id, *args)
+            folder, every, evaluated, *fresh = args
+            self.runs[run_id] = Followed(run_id, folder, every, evaluated, fresh=bool(fresh and fresh[0]))
         elif kind == "drain" and run_id in self.runs:
             self.runs[run_id].through = args[0]
         elif kind == "forget":

@@ -45,6 +45,7 @@ class RunWriter:
         if parent_run_id:
             tags = {**tags, names.PARENT_RUN_TAG: parent_run_id}
         self._init(client, client.create_run(experiment_id, run_name=name, tags=tags).info.run_id)
+        self._fresh = True  # created now: the store holds none of its epochs (follow)
 
     def _init(self, client: MlflowClient, run_id: str) -> None:
         if not getattr(client, "remote", False):  # a rank's own client too: wait for a shared sqlite store's lock, quietly
@@ -56,7 +57,7 @@ class RunWriter:
         self.records: RecordLog | None = None  # where params, tags, texts are journaled first (sweeps.tracking.records)
         self.cursor: Cursor | None = None  # the run folder's cursor: how far its journal has reached MLflow
         self._shipping: str | None = None  # the run folder whose ship lock the ingesting process holds (keep_in)
-        self._following = self._draining = False
+        self._following = self._draining = self._fresh = False
         self._metrics: list[batches.Value] = []  # step-0 values and series not yet sent (send_pending)
         self._tags: dict[str, str] = {}  # queued tags not yet sent
         self._refused_tags: dict[str, str] = {}  # tags of a send the store refused
@@ -100,8 +101,8 @@ class RunWriter:
         goes first."""
         self.send_pending()
         self.post(f"the journal of run {self.run_id}", shipping.follow, self.run_id, self._folder(),
-                  self.every_epochs, self.every_evaluated)
-        self._following = True
+                  self.every_epochs, self.every_evaluated, self._fresh)
+        self._following, self._fresh = True, False
 
     def drain(self, through: int, records: list[dict] | None = None) -> None:
         """Have every journaled epoch through ``through`` (the job's last) put in the run — by the

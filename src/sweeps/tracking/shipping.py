@@ -51,16 +51,18 @@ class Shipping:
             self._thread.tell(cmd)
             return
         if self._proc is None or self._proc.poll() is not None:
-            self._start()
-            if cmd[0] == "follow":  # sent with the others by the start
-                return
+            self._start(but=cmd[1] if cmd[0] == "follow" else None)
+        if self._out is None:  # none could start: the drain ships the run
+            return
         try:
             self._out.send(cmd)
         except OSError:  # it died: the drain takes over
             pass
 
-    def _start(self) -> None:
-        """Start the follower process, following every run this process follows, from their cursors."""
+    def _start(self, but: str | None = None) -> None:
+        """Start the follower process, following every run this process follows (``but`` that
+        run: its command follows), from their cursors, asking the store first (a follower that
+        died may have left a committed batch its cursor does not name)."""
         self.stop()
         requests_r, requests_w = os.pipe()
         ready_r, ready_w = os.pipe()
@@ -79,7 +81,8 @@ class Shipping:
         try:
             self._out.send(("open", *self._open))
             for run_id, args in self.followed.items():
-                self._out.send(("follow", run_id, *args))
+                if run_id != but:
+                    self._out.send(("follow", run_id, *args))
         except OSError:
             pass
 
@@ -175,12 +178,13 @@ def stop_all() -> None:
             held._proc.kill()
 
 
-def follow(client: Any, run_id: str, folder: str, every: int, evaluated: bool) -> None:
+def follow(client: Any, run_id: str, folder: str, every: int, evaluated: bool, fresh: bool = False) -> None:
     """Ship run ``run_id``'s journal in ``folder`` from its cursor, beat after beat, where the
-    store is (:meth:`~sweeps.tracking.run.RunWriter.follow`)."""
+    store is (:meth:`~sweeps.tracking.run.RunWriter.follow`); ``fresh``: a run just created
+    (:class:`~sweeps.tracking.follower.Followed`)."""
     held = shipping(client)
     held.followed[run_id] = (folder, every, evaluated)
-    held.tell(("follow", run_id, folder, every, evaluated))
+    held.tell(("follow", run_id, folder, every, evaluated, fresh))
 
 
 def drain(client: Any, run_id: str, folder: str | None, through: int, every: int, evaluated: bool,
