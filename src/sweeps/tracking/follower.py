@@ -158,8 +158,8 @@ class Follower:
     def command(self, cmd: tuple) -> None:
         kind, run_id, *args = cmd
         if kind == "follow":
-            folder, every, evaluated, *fresh = args
-            self.runs[run_id] = Followed(run_id, folder, every, evaluated, fresh=bool(fresh and fresh[0]))
+            folder, every, evaluated, fresh = args
+            self.runs[run_id] = Followed(run_id, folder, every, evaluated, fresh=fresh)
         elif kind == "drain" and run_id in self.runs:
             self.runs[run_id].through = args[0]
         elif kind == "forget":

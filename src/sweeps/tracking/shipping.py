@@ -82,7 +82,7 @@ class Shipping:
             self._out.send(("open", *self._open))
             for run_id, args in self.followed.items():
                 if run_id != but:
-                    self._out.send(("follow", run_id, *args))
+                    self._out.send(("follow", run_id, *args, False))
         except OSError:
             pass
 
