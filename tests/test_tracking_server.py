@@ -304,3 +304,30 @@ def test_sweeps_turns_mlflows_telemetry_off_unless_the_user_set_it(monkeypatch):
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "false")  # the user wants it on
     importlib.reload(sweeps)
     assert os.environ["MLFLOW_DISABLE_TELEMETRY"] == "false" and not utils.is_telemetry_disabled()
+
+
+@pytest.mark.slow  # one run of 3,000 steps on the shared server: a few seconds
+def test_a_follower_asks_a_server_for_its_batchs_steps_not_every_metrics_whole_history(wal_server, monkeypatch):
+    """A follower that may start behind the store (after a failed send, a resumed run) asks which
+    of its batch's steps the run holds: a tracking server is asked for that step range alone (the
+    route MLflow's UI reads charts with), not for each metric's whole history, which it would read
+    for every metric of every such run just when it is the busiest. A range the route would
+    sample (2,500 rows or more) is still answered exactly, from the whole history."""
+    from mlflow.entities import Metric
+
+    from sweeps.tracking.follower import held_steps
+
+    uri, _ = wal_server
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("held")).info.run_id
+    for first in range(0, 3000, 1000):  # steps 0-2999 of train/loss; train/acc at 0 and the even steps to 98
+        client.log_batch(run_id, metrics=[Metric("train/loss", float(s), 1, s) for s in range(first, first + 1000)])
+    client.log_batch(run_id, metrics=[Metric("train/acc", 0.5, 1, s) for s in range(0, 100, 2)])
+    whole: list[str] = []
+    real = client.get_metric_history
+    monkeypatch.setattr(client, "get_metric_history", lambda rid, key: (whole.append(key), real(rid, key))[1])
+    held = held_steps(client, run_id, {"train/loss": list(range(2990, 3010)), "train/acc": [0, 1, 2, 3, 99, 100]})
+    assert held == {"train/loss": list(range(2990, 3000)), "train/acc": [0, 2]}
+    assert whole == []  # the steps' range only
+    held = held_steps(client, run_id, {"train/loss": [0, 2999, 3000]})  # 3,000 rows in the range: sampled there
+    assert held == {"train/loss": [0, 2999]} and whole == ["train/loss"]

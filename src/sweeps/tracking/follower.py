@@ -207,25 +207,55 @@ class Follower:
 
 def held_steps(client: Any, run_id: str, wanted: dict[str, list[int]]) -> dict[str, list[int]]:
     """For each metric key of ``wanted``, the steps among its list at which run ``run_id`` holds
-    a value. MLflow's SQL store is asked for those steps alone
-    (``get_metric_history_bulk_interval_from_steps``, :data:`STEPS_PER_QUERY` at a time) where
-    they are few: reading a 10,000-epoch metric's whole history takes ~1 s. Many steps, or any
-    other store (a tracking server): the metric's whole history. Raises what MLflow raises."""
+    a value, asked for those steps alone: of MLflow's SQL store with
+    ``get_metric_history_bulk_interval_from_steps`` (:data:`STEPS_PER_QUERY` at a time), of a
+    tracking server with its ``get-history-bulk-interval`` route over the steps' range
+    (:func:`_held_on_server`). Reading a metric's whole history instead takes ~1 s at 10,000
+    epochs, and a server asked it for every metric of a run after each failed send is asked the
+    most just when it is the busiest. Many steps, another store, or a server without that route:
+    the whole history. Raises what MLflow raises."""
+    from mlflow.store.tracking.rest_store import RestStore
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
     store = getattr(getattr(client, "_tracking_client", None), "store", None)
     out: dict[str, list[int]] = {}
     for key, steps in wanted.items():
+        found: list[int] | None = None
         if isinstance(store, SqlAlchemyStore) and len(steps) <= 4 * STEPS_PER_QUERY:
             found = []
             for i in range(0, len(steps), STEPS_PER_QUERY):
                 chunk = steps[i:i + STEPS_PER_QUERY]
                 found += [m.step for m in store.get_metric_history_bulk_interval_from_steps(
                     run_id, key, chunk, max_results=4 * len(chunk))]
-        else:
+        elif isinstance(store, RestStore):
+            found = _held_on_server(store, run_id, key, min(steps), max(steps))
+        if found is None:
             found = [m.step for m in client.get_metric_history(run_id, key)]
         out[key] = sorted(set(found) & set(steps))
     return out
+
+
+SERVER_ROWS = 2500  # the most rows the server's get-history-bulk-interval answers (its MAX_RESULTS_PER_RUN)
+
+
+def _held_on_server(store: Any, run_id: str, key: str, first: int, last: int) -> list[int] | None:
+    """The steps from ``first`` to ``last`` at which run ``run_id`` of the tracking server behind
+    ``store`` (a RestStore) holds ``key``, from the route MLflow's UI reads charts with
+    (``/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval``, MLflow ≥ 2.11); None where it
+    cannot say: the route is missing (an older server, a ``--static-prefix``) or failed, or the
+    range holds :data:`SERVER_ROWS` rows or more, of which the server would answer a sample."""
+    from mlflow.utils.rest_utils import http_request
+
+    try:
+        response = http_request(store.get_host_creds(), "/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval",
+                                "GET", params={"run_ids": run_id, "metric_key": key, "start_step": first,
+                                               "end_step": last, "max_results": SERVER_ROWS})
+        if response.status_code != 200:
+            return None
+        rows = response.json().get("metrics", [])
+    except Exception:  # noqa: BLE001 (the whole history answers instead)
+        return None
+    return [int(m.get("step", 0)) for m in rows] if len(rows) < SERVER_ROWS else None
 
 
 def serve() -> None:
