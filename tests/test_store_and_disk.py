@@ -178,6 +178,56 @@ def test_a_store_locked_longer_than_sqlites_default_wait_is_waited_for_quietly(t
     assert writer.lost == 0
 
 
+@pytest.mark.slow  # a 30-s lock waited out: ~35 s
+def test_a_store_locked_for_30_s_mid_job_costs_the_job_retries_not_epochs(tmp_path, caplog, monkeypatch):
+    """Another process holds the sqlite store's write lock for 30 s while a job appends epochs:
+    past MLflow's own 20-s wait per session (``make_managed_session``), a send then fails with
+    "database is locked". The job's appends never wait for the lock; the follower's send is
+    retried, the job's end waits the lock out, and every epoch lands once, the run FINISHED,
+    with one warning and no ERROR from MLflow's store."""
+    import logging
+    import sqlite3
+    import threading
+    import time
+
+    from sweeps import names
+    from sweeps.tracking import batches
+    from sweeps.tracking.journal import JOURNAL, EpochLog
+    from sweeps.tracking.run import RunWriter
+    from sweeps.tracking.store import open_client, quiet_sqlite
+
+    monkeypatch.setattr(batches, "FLUSH_S", 0.2)
+    quiet_sqlite()  # as store_processes.prepare does before the first connection
+    db = tmp_path / "mlflow.db"
+    client = open_client(f"sqlite:///{db}")
+    writer = RunWriter(client, client.create_experiment("locked"), "job", None, {})
+    folder = tmp_path / "checkpoints" / writer.run_id
+    writer.keep_in(folder)
+    epochs = EpochLog(writer, folder / JOURNAL, regression=False)
+    writer.follow()
+    append = lambda e: epochs.append({"epoch": e, names.TRAIN_LOSS: 1.0 / e, "samples": 10})  # noqa: E731
+    append(1)
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")  # a neighbour's long write transaction
+    release = threading.Timer(30.0, lambda: (holder.execute("COMMIT"), holder.close()))
+    release.start()
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        for e in range(2, 21):
+            append(e)
+            time.sleep(0.1)
+        assert release.is_alive()  # the job's epochs did not wait for the lock
+        writer.drain(20)
+        assert writer.drained() == 0
+        writer.end("FINISHED")
+    release.join()
+    assert time.monotonic() - started >= 29  # the end waited the lock out
+    assert sorted(m.step for m in client.get_metric_history(writer.run_id, names.TRAIN_LOSS)) == list(range(1, 21))
+    assert client.get_run(writer.run_id).info.status == "FINISHED"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r for r in caplog.records if "busy" in r.getMessage()]  # the user is told why the end waits
+
+
 def _open_new_store(uri: str, as_job: bool, start, errors) -> None:
     """In a forked process: wait for the others, then open the store as a job or as a reader."""
     from omegaconf import OmegaConf
