@@ -57,6 +57,17 @@ ITEMS = [
     ("  of which telemetry.png (drawn while the store ingests)", "sweeps/telemetry/plot.py", "render"),
     ("  of which free memory (gc)", "sweeps/train/memory.py", "release_memory"),
 ]
+# `python -m sweeps ARGS` under cProfile. Not `python -m cProfile`: it writes its file after the
+# program returns, and `python -m sweeps` ends with os._exit once its atexit hooks have run
+# (sweeps/__main__.py); the profile is written by one of those hooks instead.
+PROFILED = """
+import atexit, cProfile, runpy, sys
+out, sys.argv = sys.argv[1], ["sweeps", *sys.argv[2:]]
+profile = cProfile.Profile()
+atexit.register(profile.dump_stats, out)
+profile.enable()
+runpy.run_module("sweeps", run_name="__main__", alter_sys=True)
+"""
 SCRIPT_004 = """
 import torch
 from sklearn.datasets import load_diabetes
@@ -122,8 +133,8 @@ def sweep(jobs: int, cwd: Path, profile: Path | None = None) -> tuple[float, flo
     imports) is left out."""
     from mlflow import MlflowClient
 
-    prefix = ["-m", "cProfile", "-o", str(profile)] if profile else []
-    wall = run([*prefix, "-m", "sweeps", "-m", f"seed=range(0,{jobs})", *TINY], cwd)
+    command = ["-c", PROFILED, str(profile)] if profile else ["-m", "sweeps"]
+    wall = run([*command, "-m", f"seed=range(0,{jobs})", *TINY], cwd)
     client = MlflowClient(f"sqlite:///{cwd / 'mlruns' / 'mlflow.db'}")
     exp = client.get_experiment_by_name("sweeps")
     children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
