@@ -49,3 +49,17 @@ def test_bench_epoch_append_times_a_jobs_journal_append_on_the_real_epoch_log(tm
     row = next((line for line in out.splitlines() if "a job's append (journal line)" in line), None)
     assert row is not None, out
     assert float(row.split()[-3]) > 0, row  # µs per epoch, median [min, max]
+
+
+@pytest.mark.slow
+def test_bench_fixed_cost_breaks_a_jobs_fixed_cost_down_by_the_steps_the_code_has(tmp_path):
+    """``scripts/bench_fixed_cost.py --only items`` profiles a real 10-job ``python -m sweeps -m``
+    sweep and finds each step it names in the profile: a step renamed in the code (0 calls) or a
+    profile that was never written would make its table say nothing."""
+    out = _bench(tmp_path, "bench_fixed_cost.py", "--repeats", "1", "--only", "items")
+    lines = out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("step "))
+    table = lines[header + 1:next(i for i, line in enumerate(lines) if line.startswith("(whole sweep"))]
+    calls = {line[:72].strip(): int(line.split()[-1]) for line in table}  # step → calls in the 10 jobs
+    assert len(calls) >= 10, out
+    assert all(n >= 1 for step, n in calls.items() if "telemetry.png" not in step), out  # (no plot for tiny jobs)
