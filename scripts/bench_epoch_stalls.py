@@ -28,8 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_job_overhead import STUDY5, last_run, sweeps_job  # beside this script: sys.path[0] when run as a script
+from bench_job_overhead import last_run, study5_args, sweeps_job  # beside this script: sys.path[0] when run as a script
 from sweeps.provenance.machine import fingerprint
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no bars between the rows (its own downloads)
 
 
 MODES = {"one": ("one job", []), "sweep": ("sweep (-m)", ["-m"]),
@@ -42,7 +44,7 @@ def one_run(mode: list[str], hogs: int, epochs: int) -> dict[str, float]:
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(hogs)]
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            wall, client = sweeps_job([*mode, *STUDY5, f"epochs={epochs}"], Path(tmp))
+            wall, client = sweeps_job([*mode, *study5_args(), f"epochs={epochs}"], Path(tmp))
             run = last_run(client, "tabular_cpu_vs_gpu")  # the job: a sweep's parent run starts before it
             folder = Path(client.download_artifacts(run.info.run_id, "", str(Path(tmp) / "artifacts")))
             rows = list(csv.DictReader(io.StringIO(next(folder.rglob("epochs.csv")).read_text())))

@@ -63,3 +63,24 @@ def test_bench_fixed_cost_breaks_a_jobs_fixed_cost_down_by_the_steps_the_code_ha
     calls = {line[:72].strip(): int(line.split()[-1]) for line in table}  # step → calls in the 10 jobs
     assert len(calls) >= 10, out
     assert all(n >= 1 for step, n in calls.items() if "telemetry.png" not in step), out  # (no plot for tiny jobs)
+
+
+@pytest.mark.slow
+def test_bench_epoch_stalls_reads_each_modes_epochs_from_the_jobs_run(tmp_path):
+    """``scripts/bench_epoch_stalls.py`` runs study 5's job as one job and as a sweep's and reads
+    each run's every epoch back from its ``epochs.csv``: each mode's row gives its epochs' median."""
+    out = _bench(tmp_path, "bench_epoch_stalls.py", "--repeats", "1", "--epochs", "200", "--hogs", "0",
+                 "--only", "one,sweep")
+    rows = [line for line in out.splitlines() if "epoch ms: median" in line]
+    assert {("one job" in r, "sweep (-m)" in r) for r in rows} == {(True, False), (False, True)}, out
+    assert all(float(r.split("median ")[1].split()[0]) > 0 for r in rows), out
+
+
+@pytest.mark.slow
+def test_bench_helper_starvation_times_a_jobs_end_quiet_and_beside_a_busy_loop(tmp_path):
+    """``scripts/bench_helper_starvation.py`` runs a real job quietly and beside a busy loop and
+    prints, for each, its wall and the time its end waited on its helper processes."""
+    out = _bench(tmp_path, "bench_helper_starvation.py", "--repeats", "1", "--hogs", "1")
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("quiet ", "busy "))}
+    assert set(rows) == {"quiet", "busy"}, out
+    assert all(float(row[1]) > 0 for row in rows.values()), out  # wall, s
