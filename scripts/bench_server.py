@@ -258,11 +258,16 @@ def trial(url: str, store_uri: str, n: int, procs: int, warmup_s: float, window_
     for p in workers:
         p.start()
     deadline = start_at + warmup_s + window_s + end_s
+    parts = None
     try:
         parts = [out.get(timeout=max(0.0, deadline - time.time())) for _ in workers]
     except queue.Empty:
-        for p in workers:  # else they go on retrying against a server this script is about to stop
-            p.kill()
+        pass
+    finally:
+        if parts is None:  # not all ended, or Ctrl-C / kill: else they go on retrying against a server stopped next
+            for p in workers:
+                p.kill()
+    if parts is None:
         import sqlalchemy as sa  # the database itself: the server may still be too busy to answer
         engine = sa.create_engine(store_uri)
         with engine.connect() as con:
@@ -308,6 +313,8 @@ def main() -> None:
     ap.add_argument("--p99-bound-s", type=float, default=30.0,
                     help="a trial carries N when p99 latency is under this (s; default: the cadence cap)")
     a = ap.parse_args()
+    # `kill` (SIGTERM) ends it as Ctrl-C does: the server and PostgreSQL it started are stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from mlflow import __version__ as mlflow_version
     from sweeps.tracking.cadence import CAP_S, FLOOR_S, K
     print(f"# {platform.node()} {os.cpu_count()} cores, load {os.getloadavg()}; mlflow {mlflow_version}; "

@@ -84,3 +84,51 @@ def test_bench_helper_starvation_times_a_jobs_end_quiet_and_beside_a_busy_loop(t
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("quiet ", "busy "))}
     assert set(rows) == {"quiet", "busy"}, out
     assert all(float(row[1]) > 0 for row in rows.values()), out  # wall, s
+
+
+@pytest.mark.slow
+def test_bench_server_killed_stops_the_server_it_started(tmp_path):
+    """``kill`` (SIGTERM) of ``scripts/bench_server.py`` while its simulated jobs run ends the script
+    as Ctrl-C does: the server it started stops with it, its port freed, and so do its client
+    processes — none left running in its folder, retrying against a server that is gone (and
+    loading the machine the next trial measures), as after a plain SIGTERM once."""
+    import signal
+    import socket
+    import time
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, str(REPO / "scripts" / "bench_server.py"), "--backend", "sqlite", "--jobs",
+                             "2", "--repeats", "1", "--warmup-s", "60", "--window-s", "60"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        url = None
+        for line in proc.stdout:  # "## sqlite (...); server http://127.0.0.1:PORT" once it answers /health
+            if "server http://" in line:
+                url = line.rsplit("server ", 1)[1].strip()
+                break
+        assert url is not None, "the script ended before its server answered"
+        time.sleep(2)  # its simulated jobs are running
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) != 0
+    finally:
+        proc.kill()
+        proc.wait()
+    port = int(url.rsplit(":", 1)[1])
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0, f"{url} still answers"
+    deadline = time.monotonic() + 30
+    while _working_in(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _working_in(tmp_path) == []  # its client processes (started in its folder) are gone
+
+
+def _working_in(folder) -> list[int]:
+    """Processes whose working directory is ``folder``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd") == str(folder):
+                found.append(int(pid))
+        except OSError:  # gone meanwhile
+            pass
+    return found
