@@ -96,7 +96,7 @@ def test_a_capped_series_ships_its_stride_and_the_jobs_last_epoch_once(tmp_path,
 def test_a_new_runs_follower_sends_its_first_batch_without_asking_the_store_and_a_resumed_runs_asks(
         tmp_path, monkeypatch):
     """A run the job just created holds none of its epochs: its first batch goes without
-    :func:`~sweeps.tracking.follower.held_steps` (on a tracking server, every metric's whole
+    :func:`~sweeps.tracking.held.held_steps` (on a tracking server, every metric's whole
     history: 15 calls a run at each of 500 jobs' start). A resumed run's follower (the run
     reopened, its cursor possibly a batch behind) asks first; each epoch still lands once."""
     monkeypatch.setattr(batches, "FLUSH_S", 0.1)
@@ -121,6 +121,48 @@ def test_a_new_runs_follower_sends_its_first_batch_without_asking_the_store_and_
     resumed.end("FINISHED")
     assert asked and set(asked) == {writer.run_id}  # resumed: asked before its first batch
     assert sorted(_steps(client, writer.run_id)) == list(range(1, 9))
+
+
+def test_a_follower_whose_question_to_the_store_fails_asks_again_and_keeps_shipping(tmp_path, monkeypatch, caplog):
+    """A resumed run's follower asks the store which epochs it holds before its first batch; where
+    that question fails (a server gone for a moment), it is a failed send: said once, asked again
+    at the next beat, and the follower goes on shipping the journal while the job runs — it does
+    not stop, leaving the whole run to the job's end."""
+    import logging
+
+    monkeypatch.setattr(batches, "FLUSH_S", 0.1)
+    failures = [ConnectionError("Connection refused")]
+    real = follower.held_steps
+
+    def held_steps(client, run_id, wanted):
+        if failures:
+            raise failures.pop()
+        return real(client, run_id, wanted)
+
+    monkeypatch.setattr(follower, "held_steps", held_steps)
+    client, writer, epochs = _job(tmp_path)
+    _append(epochs, 1, 3)
+    writer.drain(3)
+    assert writer.drained() == 0
+    epochs.close()
+    resumed = RunWriter.attach(client, writer.run_id)  # not fresh: it asks before its first batch
+    folder = writer.cursor.path.parent
+    resumed.keep_in(folder)
+    with caplog.at_level(logging.WARNING, logger="sweeps"):
+        resumed.follow()
+        more = EpochLog(resumed, folder / JOURNAL, regression=False)
+        _append(more, 4, 20)
+        _at_normal_priority(shipping.shipping(client)._thread._thread)
+        deadline = time.monotonic() + 60
+        while (Cursor(folder).read() or 0) < 19 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (Cursor(folder).read() or 0) >= 19  # shipped by the follower, before the job's end
+    assert failures == []
+    assert len([r for r in caplog.records if "cannot ask which epochs" in r.getMessage()]) == 1
+    resumed.drain(20)
+    assert resumed.drained() == 0
+    resumed.end("FINISHED")
+    assert sorted(_steps(client, writer.run_id)) == list(range(1, 21))
 
 
 def test_a_replay_after_a_dead_follower_sends_what_the_run_lacks_once(tmp_path):

@@ -9,7 +9,7 @@ The modules by role:
 - the follower: ``follower`` (tails a run's journal and ships it from the run's cursor),
   ``shipping`` (where runs are shipped from, and a job's end draining its run), ``cursor``
   (``shipped.json`` and the run's ship lock), ``batches`` (``log_batch`` with retries),
-  ``cadence``, ``priority``;
+  ``held`` (which epochs the store holds), ``cadence``, ``priority``;
 - the store: ``store`` (opening it safely), ``new_store``, ``http_policy``, ``entities``, and the
   store's own process: ``store_processes`` (which commands start one) → ``store_service`` (the
   job's pipe to it) → ``store_process`` (the process), ``store_client`` (the client a job holds);

@@ -8,20 +8,19 @@ path. The follower reads the lines the journal gained, takes the epochs after th
 (:class:`~sweeps.tracking.batches.Sender`: at most :data:`~sweeps.tracking.batches.BATCH` values a
 call, cut at epoch ends, retried) and moves the cursor after each batch the store committed.
 
-Where it runs: beside the store, at the lowest priority (:func:`~sweeps.tracking.priority.lowest`),
-so MLflow's ingestion (~85 µs a value on a 2-core VM, its ORM) takes only the cores the training
-leaves idle — the store process's child process (:func:`serve`, started by
-:mod:`sweeps.tracking.shipping`), or, where the job holds an :class:`mlflow.MlflowClient` of
-its own (a data-parallel rank, tests), a thread of the job's process. A process, not a thread of
-the store process: a thread cannot leave ``SCHED_IDLE`` again, and one starved while holding the
-GIL or sqlite's write lock would hold up the calls the job waits for (epochs held up 1.4–4.4 s,
-docs/benchmarks.md, "A job beside busy programs"). Each beat (2 s, longer while the store is slow:
-:mod:`sweeps.tracking.cadence`) it ships what each run's journal gained.
+Where it runs: at the lowest priority (:func:`~sweeps.tracking.priority.lowest`), so MLflow's
+ingestion (~85 µs a value on a 2-core VM) takes only the cores the training leaves idle — the
+store process's child process (:func:`serve`, started by :mod:`sweeps.tracking.shipping`), or a
+thread of the job's process where the job holds an :class:`mlflow.MlflowClient` (a data-parallel
+rank, tests). Not a thread of the store process: a thread cannot leave ``SCHED_IDLE`` again, and
+one starved holding the GIL or sqlite's write lock would hold up the calls the job waits for
+(docs/benchmarks.md, "A job beside busy programs"). Each beat (2 s, longer while the store is
+slow: :mod:`sweeps.tracking.cadence`) it ships what each run's journal gained.
 
-A job's end drains its run: the follower ships through the job's last epoch at once, or, where
-it stalls, the store's caller takes over (:mod:`sweeps.tracking.shipping`). A shipper that may
-start behind the store (a replay, a follower started again) first asks which of its values the
-store holds (:func:`held_steps`): sending a value the run holds costs MLflow's SQL store a lookup
+A job's end drains its run: the follower ships through its last epoch at once, or, where it
+stalls, the store's caller takes over (:mod:`sweeps.tracking.shipping`). A shipper that may be
+behind the store (a replay, a restarted follower, after a failed send) first asks which of its
+values the store holds (:func:`~sweeps.tracking.held.held_steps`): a value sent twice costs MLflow's SQL store a lookup
 per value (~20 s for 1,000 in a run of 200,000).
 """
 from __future__ import annotations
@@ -38,13 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from sweeps import names
+from sweeps.errors import brief
 from sweeps.tracking import batches, priority
 from sweeps.tracking.cursor import Cursor
+from sweeps.tracking.held import held_steps
 from sweeps.tracking.journal import JOURNAL
 from sweeps.tracking.series import in_series
 
 log = logging.getLogger("sweeps")
-STEPS_PER_QUERY = 500  # steps asked of an SQL store at once (sqlite allows 32,766 bound values a query)
 
 
 class Followed:
@@ -52,7 +52,7 @@ class Followed:
     from where the last read ended, and the series stride (``every``, ``evaluated``) of
     :func:`~sweeps.tracking.series.in_series`. ``records``: the records to ship instead of the
     journal's (a journal that could not be written). ``fresh``: a run just created, of which the
-    store holds no epoch yet, so its first batch is sent without asking (:func:`held_steps`: on a
+    store holds no epoch yet, so its first batch is sent without asking (:func:`~sweeps.tracking.held.held_steps`: on a
     tracking server, each metric's whole history; 15 calls a run, 7,500 when 500 jobs start).
     :attr:`through`: the job's last epoch, shipped whether on the stride or not; :attr:`at`: the
     last epoch shipped (or passed over)."""
@@ -118,10 +118,19 @@ class Followed:
             while j < n and (not chunk or len(chunk) + len(items[j][1]) <= batches.BATCH):
                 chunk += items[j][1]
                 j += 1
+            error = None
             if chunk and not self.checked:  # until a batch of which the store holds nothing
-                unheld = self._unheld(client, chunk)
-                self.checked, chunk = len(unheld) == len(chunk), unheld
-            if chunk and sender.send(client, self.run_id, chunk, say=not self._failing) is not None:
+                try:
+                    unheld = self._unheld(client, chunk)
+                    self.checked, chunk = len(unheld) == len(chunk), unheld
+                except Exception as e:  # noqa: BLE001 (a store down or busy: as a failed send, asked again)
+                    error = e
+                    if not self._failing:
+                        log.warning("MLflow: cannot ask which epochs run %s holds (%s: %s); asked again",
+                                    self.run_id, type(e).__name__, brief(e))
+            if chunk and error is None:
+                error = sender.send(client, self.run_id, chunk, say=not self._failing)
+            if error is not None:
                 self.checked, self._failing = False, True  # a failed call may have committed: ask again
                 self._pending = pending[i:]  # the next beat (or the drain) sends them again: said once
                 return sum(len(values) for _, values in items[i:])
@@ -203,59 +212,6 @@ class Follower:
                     self._thread = None
                     return
             self.beat()
-
-
-def held_steps(client: Any, run_id: str, wanted: dict[str, list[int]]) -> dict[str, list[int]]:
-    """For each metric key of ``wanted``, the steps among its list at which run ``run_id`` holds
-    a value, asked for those steps alone: of MLflow's SQL store with
-    ``get_metric_history_bulk_interval_from_steps`` (:data:`STEPS_PER_QUERY` at a time), of a
-    tracking server with its ``get-history-bulk-interval`` route over the steps' range
-    (:func:`_held_on_server`). Reading a metric's whole history instead takes ~1 s at 10,000
-    epochs, and a server asked it for every metric of a run after each failed send is asked the
-    most just when it is the busiest. Many steps, another store, or a server without that route:
-    the whole history. Raises what MLflow raises."""
-    from mlflow.store.tracking.rest_store import RestStore
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-    store = getattr(getattr(client, "_tracking_client", None), "store", None)
-    out: dict[str, list[int]] = {}
-    for key, steps in wanted.items():
-        found: list[int] | None = None
-        if isinstance(store, SqlAlchemyStore) and len(steps) <= 4 * STEPS_PER_QUERY:
-            found = []
-            for i in range(0, len(steps), STEPS_PER_QUERY):
-                chunk = steps[i:i + STEPS_PER_QUERY]
-                found += [m.step for m in store.get_metric_history_bulk_interval_from_steps(
-                    run_id, key, chunk, max_results=4 * len(chunk))]
-        elif isinstance(store, RestStore):
-            found = _held_on_server(store, run_id, key, min(steps), max(steps))
-        if found is None:
-            found = [m.step for m in client.get_metric_history(run_id, key)]
-        out[key] = sorted(set(found) & set(steps))
-    return out
-
-
-SERVER_ROWS = 2500  # the most rows the server's get-history-bulk-interval answers (its MAX_RESULTS_PER_RUN)
-
-
-def _held_on_server(store: Any, run_id: str, key: str, first: int, last: int) -> list[int] | None:
-    """The steps from ``first`` to ``last`` at which run ``run_id`` of the tracking server behind
-    ``store`` (a RestStore) holds ``key``, from the route MLflow's UI reads charts with
-    (``/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval``, MLflow ≥ 2.11); None where it
-    cannot say: the route is missing (an older server, a ``--static-prefix``) or failed, or the
-    range holds :data:`SERVER_ROWS` rows or more, of which the server would answer a sample."""
-    from mlflow.utils.rest_utils import http_request
-
-    try:
-        response = http_request(store.get_host_creds(), "/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval",
-                                "GET", params={"run_ids": run_id, "metric_key": key, "start_step": first,
-                                               "end_step": last, "max_results": SERVER_ROWS})
-        if response.status_code != 200:
-            return None
-        rows = response.json().get("metrics", [])
-    except Exception:  # noqa: BLE001 (the whole history answers instead)
-        return None
-    return [int(m.get("step", 0)) for m in rows] if len(rows) < SERVER_ROWS else None
 
 
 def serve() -> None:

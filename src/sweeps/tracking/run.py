@@ -246,7 +246,7 @@ class RunWriter:
         None: the journal in the :attr:`cursor`'s folder) that never reached the run — a job that
         died, values the store refused after every retry. Only those after the :attr:`cursor`
         (all without one), and of them the (metric, epoch) the run lacks
-        (:func:`~sweeps.tracking.follower.held_steps`), each with its record's timestamp, so every
+        (:func:`~sweeps.tracking.held.held_steps`), each with its record's timestamp, so every
         epoch is logged once; under ``every_epochs`` > 1 only the series' epochs and the last
         (:func:`sweeps.tracking.shipping.replay`, where the store is). Returns how many values were
         sent; those the store refused again add to :attr:`lost`."""
