@@ -111,3 +111,17 @@ def test_a_sweeps_console_on_a_terminal(tmp_path):
     assert all(len(re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", seg)) <= WIDE for seg in bars)
     plain = "\n".join(re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", line.split("\r")[-1]) for line in text.split("\n"))
     _check_shape(plain.strip("\n") + "\n", tmp_path)
+
+
+def test_a_command_to_copy_stays_on_one_line_however_long_while_prose_is_wrapped():
+    """A warning's prose is wrapped at 100 columns between words; a line indented by four spaces
+    (a command the user pastes into a shell, ``MLFLOW_TRACKING_URI=… mlflow runs restore …``)
+    stays whole: broken at a space, its first half would set a shell variable and its second run
+    against another store."""
+    from sweeps.console import wrap
+
+    command = "    MLFLOW_TRACKING_URI=sqlite:///" + "/deep" * 20 + "/mlflow.db mlflow runs restore --run-id 0123abcd"
+    text = wrap("warning: " + "the run was deleted while the job ran, " * 5 + "restore it:\n" + command)
+    *prose, last = text.splitlines()
+    assert last == command
+    assert len(prose) > 1 and all(len(line) <= WIDE for line in prose)

@@ -165,6 +165,48 @@ def test_a_follower_whose_question_to_the_store_fails_asks_again_and_keeps_shipp
     assert sorted(_steps(client, writer.run_id)) == list(range(1, 21))
 
 
+def test_a_run_deleted_mid_job_is_followed_no_more_without_a_warning_and_its_drain_counts_the_rest(
+        tmp_path, monkeypatch, caplog):
+    """The user deletes a job's run (the MLflow UI's delete) after its follower shipped epochs 1-3:
+    MLflow refuses every later write to it. The follower drops the run at its next refusal instead
+    of retrying it every beat, says nothing (the job's end says it once), and the drain reports
+    the values left; the store says the run is deleted, and a later done run of the same config
+    clears the deleted run's folder."""
+    import logging
+
+    from sweeps.tracking import resume, store
+
+    monkeypatch.setattr(batches, "FLUSH_S", 0.1)
+    client, writer, epochs = _job(tmp_path)
+    _append(epochs, 1, 3)
+    followed = shipping.shipping(client)._thread
+    _at_normal_priority(followed._thread)
+    deadline = time.monotonic() + 60
+    while (Cursor(writer.cursor.path.parent).read() or 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.delete_run(writer.run_id)
+    sends: list[int] = []
+    real = client.log_batch
+    monkeypatch.setattr(client, "log_batch", lambda *a, **k: (sends.append(1), real(*a, **k))[1])
+    with caplog.at_level(logging.WARNING, logger="sweeps"):
+        _append(epochs, 4, 10)
+        deadline = time.monotonic() + 60
+        while writer.run_id in followed.runs and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert writer.run_id not in followed.runs  # dropped at its first refusal
+        refused = len(sends)
+        time.sleep(0.5)  # beats go by: nothing more is sent for it
+        assert len(sends) == refused == 1
+        writer.drain(10)
+        assert writer.drained() > 0  # the epochs after the deletion: kept in the journal, not sent
+    assert not caplog.records
+    assert store.deleted(client, writer.run_id)
+    assert max(_steps(client, writer.run_id)) <= 3
+    folder = writer.cursor.path.parent
+    resume.clear_finished(tmp_path / "checkpoints", "h1", client, keep="a-later-done-run")
+    assert not folder.exists()
+
+
 def test_a_replay_after_a_dead_follower_sends_what_the_run_lacks_once(tmp_path):
     """A follower shipped epochs 1-4 and was killed after the store committed epochs 5-6 and
     before it wrote its cursor (it lags a batch); the replay asks the store first and sends 7-9."""

@@ -508,3 +508,49 @@ def test_a_ctrl_c_storm_while_a_finished_sweep_exits_is_130_or_0_never_a_crash(t
         assert err.strip().splitlines()[-1].startswith("sweeps: interrupted by SIGINT after job"), err[-500:]
     (run,) = [r for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags]
     assert run.data.tags["outcome"] == "ok" and run.info.status == "FINISHED"
+
+
+@pytest.mark.slow  # ~15 s: a real job, its run deleted mid-way; then `mlflow runs restore` and a rerun
+def test_a_run_deleted_while_its_job_runs_is_said_once_and_restoring_it_lets_the_next_start_complete_it(tmp_path):
+    """A user deletes a job's run in the MLflow UI while the job trains: the job goes on, its end
+    says so in one warning line (not an error, no retries, no "store refused" lines) naming the
+    folder that keeps the rest and the command that restores the run; run as printed, that command
+    and the next start close the run with every epoch once and its outcome."""
+    import os
+    import re
+
+    started = StartedCli(["epochs=12", *SLOW], tmp_path)
+    client, deleted = store(tmp_path), None
+    deadline = time.monotonic() + 120
+    try:
+        while deleted is None and time.monotonic() < deadline and started.proc.poll() is None:
+            experiment = client.get_experiment_by_name("sweeps")  # None until the job has made it
+            for run in client.search_runs([experiment.experiment_id]) if experiment else []:
+                if run.info.status == "RUNNING" and client.get_metric_history(run.info.run_id, "train/loss"):
+                    client.delete_run(run.info.run_id)  # what the MLflow UI's delete does
+                    deleted = run.info.run_id
+            time.sleep(0.1)
+    except BaseException:
+        started.stop()
+        raise
+    result = started.result()
+    assert deleted is not None, result.stderr[-2000:]
+    assert result.returncode == 0, result.stderr[-2000:]
+    console = result.stdout + result.stderr
+    said = [block for block in re.split(r"\n(?=\S)", console) if block.startswith(("warning:", "error:"))]
+    assert len(said) == 1 and "was deleted while the job ran" in said[0], console[-3000:]
+    assert "MLflow:" not in console and "refused" not in console and "WARNING" not in console  # no retry or refusal lines
+    restore = re.search(r"\n    MLFLOW_TRACKING_URI=(\S+) mlflow runs restore --run-id (\w+)\n", console)  # one line
+    assert restore and restore.group(2) == deleted, console[-2000:]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HYDRA_", "SWEEPS_"))}
+    subprocess.run([sys.executable, "-m", "mlflow", "runs", "restore", "--run-id", deleted], cwd=tmp_path,
+                   env={**env, "MLFLOW_TRACKING_URI": restore.group(1)}, check=True, capture_output=True)
+
+    again = cli_in_process(["epochs=12", *SLOW], tmp_path)  # closes the restored run, then skips its job
+    assert again.returncode == 0, again.stderr[-2000:]
+    (run,) = runs(tmp_path)
+    assert run.info.run_id == deleted and run.info.status == "FINISHED" and run.data.tags["outcome"] == "ok"
+    steps = [s for s, _ in _history(tmp_path, deleted, "train/loss")]
+    assert sorted(steps) == list(range(1, 13))  # each epoch once: the shipped ones and the replayed rest
+    assert "time/median_epoch_s" in run.data.metrics  # the job-level values its end kept
+    assert "already done" in again.stdout + again.stderr

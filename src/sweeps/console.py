@@ -18,10 +18,11 @@ OVERHEAD_SHARE_FROM_S = 30.0  # s of job wall time from which the overhead is al
 
 def wrap(text: str, width: int = WIDTH, indent: str = "  ") -> str:
     """``text`` wrapped between words at ``width`` columns, later lines indented by ``indent``;
-    each line of a multi-line text on its own. A word longer than a line (a path) stays whole."""
+    each line of a multi-line text on its own. A word longer than a line (a path) stays whole, and
+    so does a line indented by four spaces: a command to copy and paste."""
     return "\n".join(textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False,
-                                    break_on_hyphens=False) if len(line) > width else line
-                     for line in text.splitlines() or [""])
+                                    break_on_hyphens=False) if len(line) > width and not line.startswith("    ")
+                     else line for line in text.splitlines() or [""])
 
 
 class ConsoleFormatter(logging.Formatter):

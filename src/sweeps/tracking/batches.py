@@ -52,7 +52,8 @@ class Sender:
         """Log ``values`` and ``tags`` to run ``run_id`` of ``client`` (an
         :class:`mlflow.MlflowClient`; :data:`BATCH` values a call, the tags with the first),
         retried after each of :data:`RETRIES` while the error is transient and the store not
-        :attr:`down`; None once sent, else the last error (said in one warning line where ``say``)."""
+        :attr:`down`; None once sent, else the last error (said in one warning line where ``say``,
+        unless the run is deleted: :func:`~sweeps.tracking.http_policy.gone`)."""
         from mlflow.entities import Metric, RunTag
 
         metrics, tag_list = [Metric(*v) for v in values], [RunTag(k, str(v)) for k, v in (tags or {}).items()]
@@ -70,7 +71,7 @@ class Sender:
                 if transient and self._down_since is None:
                     self._down_since = time.monotonic()
                 if wait is None or not transient or self.down:
-                    if not say:
+                    if not say or http_policy.gone(e):  # a deleted run: the job's end says it, once
                         return e
                     what = ([f"{len(metrics) - done} metric value(s)"] * (done < len(metrics))
                             + [f"tag(s) {', '.join(t.key for t in tag_list)}"] * bool(tag_list))

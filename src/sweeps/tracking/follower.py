@@ -38,7 +38,7 @@ from typing import Any
 
 from sweeps import names
 from sweeps.errors import brief
-from sweeps.tracking import batches, priority
+from sweeps.tracking import batches, http_policy, priority
 from sweeps.tracking.cursor import Cursor
 from sweeps.tracking.held import held_steps
 from sweeps.tracking.journal import JOURNAL
@@ -66,6 +66,7 @@ class Followed:
         self.through: int | None = None
         self.checked = fresh  # the store was asked which of the values it holds (the cursor may lag a batch)
         self.sent = 0  # values sent
+        self.gone = False  # the store refused the run as deleted (http_policy.gone): not shipped again
         self._failing = False  # the last send failed (said once, until one succeeds)
         self._records = records
         self._offset, self._tail = 0, b""
@@ -131,6 +132,7 @@ class Followed:
             if chunk and error is None:
                 error = sender.send(client, self.run_id, chunk, say=not self._failing)
             if error is not None:
+                self.gone = http_policy.gone(error)
                 self.checked, self._failing = False, True  # a failed call may have committed: ask again
                 self._pending = pending[i:]  # the next beat (or the drain) sends them again: said once
                 return sum(len(values) for _, values in items[i:])
@@ -154,7 +156,9 @@ class Follower:
     follower process (:func:`serve`) or a thread of this process (:meth:`tell`, which starts the
     thread; it ends when no run is left). Commands: ``("follow", run id, folder, every,
     evaluated, fresh)`` (:class:`Followed`), ``("drain", run id, last epoch)`` (the follower process ships it at once; a
-    thread's run is taken over by :meth:`take`), ``("forget", run id)``."""
+    thread's run is taken over by :meth:`take`), ``("forget", run id)``. A run the store refuses
+    as deleted (:func:`~sweeps.tracking.http_policy.gone`) is followed no more: its epochs stay
+    in its journal."""
 
     def __init__(self, client: Any):
         self.client, self.sender = client, batches.sender(client)
@@ -180,7 +184,7 @@ class Follower:
                 if self.runs.get(run.run_id) is not run:  # taken over meanwhile
                     continue
                 run.ship(self.client, self.sender)
-                if run.through is not None and run.at >= run.through:
+                if run.gone or (run.through is not None and run.at >= run.through):
                     self.runs.pop(run.run_id, None)
 
     def tell(self, cmd: tuple) -> None:

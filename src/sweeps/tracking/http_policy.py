@@ -49,6 +49,14 @@ def transient(e: BaseException) -> bool:
             or any(f" {code}" in text for code in ("500", "502", "503", "504")))
 
 
+def gone(e: BaseException | str) -> bool:
+    """Whether a failed call (or its error text) says the run or its experiment is deleted: MLflow
+    refuses every write to it ("The run … must be in the 'active' state", the SQL store's
+    ``_check_run_is_active``, passed on by a tracking server) until someone restores it. Nothing is
+    retried, and the job's end says it once (:func:`sweeps.launch.job.finish.finish`)."""
+    return "must be in the 'active' state" in str(e)
+
+
 def execute_guarded(call: Callable[[], Any]) -> Any:
     """``call()`` (one MLflow client call), with MLflow's retries switched off while the store is
     down in this process: from a call that failed :func:`unanswered` until one is answered (or

@@ -148,7 +148,7 @@ def _close_ended(client: MlflowClient, run_id: str, folder: Path) -> bool:
     if ended.get("error"):
         client.set_tag(run_id, names.ERROR_TAG, ended["error"])
     client.set_terminated(run_id, ended["status"])
-    log.info("run %s: closed as %s, as its job had ended (the store was away then)", run_id, ended["outcome"])
+    log.info("run %s: closed as %s, as its job had ended (the store did not take its end then)", run_id, ended["outcome"])
     if ended["outcome"] in DONE:
         shutil.rmtree(folder, ignore_errors=True)
     return True

@@ -88,13 +88,15 @@ def clear_finished(checkpoint_dir: str | Path, config_hash: str, client: MlflowC
     run ``keep`` ended done (``ok``/``oom``): a killed run's folder serves no resume after that.
     ``keep=None``: a rerun skips the config as done, and every folder goes, the done run's own
     too (its job was killed after it closed the run, before it removed the folder). A folder
-    whose run is still RUNNING (another process) is left alone."""
+    whose run is still RUNNING (another process) is left alone, unless the run is deleted (a
+    done run of its config has replaced it)."""
     root = Path(checkpoint_dir) / config_hash
     for folder in root.glob("*") if root.is_dir() else []:
         if folder.name == keep or not folder.is_dir():
             continue
         try:
-            if client.get_run(folder.name).info.status == "RUNNING":
+            info = client.get_run(folder.name).info
+            if info.status == "RUNNING" and info.lifecycle_stage != "deleted":
                 continue
         except Exception:  # noqa: BLE001 (not a run of this store, or the store refuses: keep it)
             continue

@@ -11,7 +11,9 @@ store that refuses) the caller, at normal priority, takes over: the follower pro
 (the store rolls its transaction back, releasing sqlite's write lock; the next run's follow
 starts another) and the rest is shipped here, from the cursor, asking the store first which
 values it holds (:class:`~sweeps.tracking.follower.Followed`). A follower still opening its store
-(a short job) is not waited for: the job's end ships its few values itself.
+(a short job) is not waited for: the job's end ships its few values itself. A run deleted while
+its job ran (an sqlite store) is waited for a second (its follower dropped it), then its drain is
+refused at once.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from typing import Any
 from sweeps.tracking import batches
 from sweeps.tracking.cursor import Cursor
 from sweeps.tracking.follower import Followed, Follower
+from sweeps.tracking.store import deleted
 
 log = logging.getLogger("sweeps")
 STALL_S = 5.0  # s a drain waits for the follower's cursor to move before it ships the rest itself
@@ -120,11 +123,13 @@ class Shipping:
         elif followed and records is None and self._started():
             try:
                 self._out.send(("drain", run_id, through))
-                if self._wait(Cursor(folder), through):
+                waited = self._wait(Cursor(folder), through, run_id)
+                if waited == "done":
                     return 0, 0
             except OSError:  # it died: shipped here
-                pass
-            self.stop()  # the next run's follow starts another
+                waited = "died"
+            if waited != "deleted":  # a deleted run's follower is well: it ships that run no more
+                self.stop()  # the next run's follow starts another
         elif followed and self._proc is not None:  # still opening its store (a short job): it reads this first
             try:
                 self._out.send(("forget", run_id))
@@ -136,18 +141,24 @@ class Shipping:
         left = run.ship(self.client, batches.sender(self.client), final=True)
         return run.sent, left
 
-    def _wait(self, cursor: Cursor, through: int) -> bool:
-        """Wait until ``cursor`` reaches ``through``: True; False once it has not moved for
-        :data:`STALL_S` or the follower process is gone."""
-        last, since = None, time.monotonic()
+    def _wait(self, cursor: Cursor, through: int, run_id: str) -> str:
+        """Wait until ``cursor`` reaches ``through``: ``"done"``; ``"stalled"`` once it has not
+        moved for :data:`STALL_S` or the follower process is gone; ``"deleted"`` where, the cursor
+        still for a second, an sqlite store says run ``run_id`` is deleted (its follower dropped
+        it; a tracking server is not asked: one gone away would hold the drain for its retries)."""
+        last, since, asked = None, time.monotonic(), False
         while True:
             at = cursor.read() or 0
             if at >= through:
-                return True
+                return "done"
             if at != last:
                 last, since = at, time.monotonic()
             elif time.monotonic() - since > STALL_S or self._proc is None or self._proc.poll() is not None:
-                return False
+                return "stalled"
+            elif not asked and time.monotonic() - since > 1.0 and self._open[0].startswith("sqlite:"):
+                asked = True  # a local file answers at once; a server that went away would take its retries
+                if deleted(self.client, run_id):
+                    return "deleted"
             time.sleep(0.02)
 
 

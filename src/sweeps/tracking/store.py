@@ -233,6 +233,17 @@ def flatten(cfg: DictConfig, skip: tuple[str, ...] = ()) -> dict[str, str]:
     return out
 
 
+def deleted(client: MlflowClient, run_id: str) -> bool:
+    """Whether run ``run_id`` is deleted (the MLflow UI's delete, ``mlflow runs delete``, its
+    experiment deleted): MLflow then refuses every write to it until ``mlflow runs restore``.
+    False where the store does not answer. One call; ``client`` as :func:`open_store` gives it
+    or the store process's."""
+    try:
+        return client.get_run(run_id).info.lifecycle_stage == "deleted"
+    except Exception:  # noqa: BLE001 (a store away or busy says nothing about the run)
+        return False
+
+
 def child_runs(client: MlflowClient, experiment_id: str, parent_run_id: str) -> list:
     """The job runs of a sweep, oldest first."""
     return client.search_runs([experiment_id], f"tags.`{names.PARENT_RUN_TAG}` = '{parent_run_id}'",

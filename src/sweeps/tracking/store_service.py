@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sweeps.errors import UsageError
-from sweeps.tracking import priority
+from sweeps.tracking import http_policy, priority
 from sweeps.tracking.store_client import RemoteClient, execute, remote_error
 
 log = logging.getLogger("sweeps")
@@ -192,8 +192,9 @@ class StoreService:
 
     @staticmethod
     def _done(what: str, answer: tuple, on_error: Callable[[], None] | None = None) -> None:
-        if answer[0] != "ok":
-            log.warning("MLflow: %s not logged (%s: %s)", what, answer[1], answer[2])
+        if answer[0] != "ok":  # a deleted run refuses every post: the job's end says so once
+            log.log(logging.DEBUG if http_policy.gone(answer[2]) else logging.WARNING,
+                    "MLflow: %s not logged (%s: %s)", what, answer[1], answer[2])
             if on_error is not None:
                 on_error()
 

@@ -7,13 +7,14 @@ the others still run, so the outcome tag and the run status are always written l
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 
 from sweeps import names, state
 from sweeps.launch.job.summary import describe_run
 from sweeps.launch.process import outcome as oc
 from sweeps.telemetry import plot
-from sweeps.tracking import replay, resume
+from sweeps.tracking import replay, resume, store
 from sweeps.errors import describe
 from sweeps.train.memory import release_memory
 
@@ -128,6 +129,13 @@ def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> N
         kept = folder and replay.keep_unclosed(folder, outcome, error, status,
                                                {k: float(v) for k, v in logged.items() if v is not None}, unsent,
                                                job.writer.unsent_tags)
+        if kept and store.deleted(job.client, job.writer.run_id):  # someone deleted it: not the store's failure
+            log.warning("job %s (%s): its MLflow run %s was deleted while the job ran, so its last values and "
+                        "outcome were not logged; they are kept in %s. To keep the run, restore it, and the next "
+                        "`python -m sweeps` on this store and host completes and closes it (else a rerun runs "
+                        "the job again):\n    MLFLOW_TRACKING_URI=%s mlflow runs restore --run-id %s", job.name,
+                        outcome, job.writer.run_id, kept, shlex.quote(store.tracking_uri(job.cfg)), job.writer.run_id)
+            return
         log.error("job %s: its MLflow run %s could not be closed (%s); %s", job.name, job.writer.run_id,
                   describe(e), f"its journal and outcome are kept in {kept}: the next `python -m sweeps` on this "
                   "store and host sends the missing epochs and closes it" if kept else "nothing could be kept")
