@@ -520,16 +520,20 @@ def test_a_run_deleted_while_its_job_runs_is_said_once_and_restoring_it_lets_the
     import re
 
     started = StartedCli(["epochs=12", *SLOW], tmp_path)
-    client, deleted = store(tmp_path), None
+    client, deleted = None, None
     deadline = time.monotonic() + 120
     try:
         while deleted is None and time.monotonic() < deadline and started.proc.poll() is None:
+            time.sleep(0.1)
+            if client is None and not (tmp_path / "mlruns" / "mlflow.db").exists():
+                continue  # the job has not made its store yet
+            client = client or store(tmp_path)
             experiment = client.get_experiment_by_name("sweeps")  # None until the job has made it
             for run in client.search_runs([experiment.experiment_id]) if experiment else []:
-                if run.info.status == "RUNNING" and client.get_metric_history(run.info.run_id, "train/loss"):
-                    client.delete_run(run.info.run_id)  # what the MLflow UI's delete does
+                journal = list((tmp_path / "checkpoints").glob(f"*/{run.info.run_id}/epochs.jsonl"))
+                if run.info.status == "RUNNING" and journal and len(journal[0].read_text().splitlines()) >= 2:
+                    client.delete_run(run.info.run_id)  # mid-job, as the MLflow UI's delete does
                     deleted = run.info.run_id
-            time.sleep(0.1)
     except BaseException:
         started.stop()
         raise
