@@ -23,6 +23,7 @@ from hydra import compose, initialize_config_dir
 from PIL import Image
 
 import sweeps.config
+from sweeps.data import loaders
 from sweeps.data.loaders import default_workers, describe_workers, make_loaders
 from sweeps.data.builtin import CIFAR10_STATS, MNIST_STATS
 from sweeps.data.datasets import DataSpec, build_datasets
@@ -497,11 +498,11 @@ def test_default_workers(monkeypatch):
         assert default_workers(cfg, cpu, train) == default_workers(cfg, cuda, train) == 0
     cifar = dataset_cfg("dataset=cifar10")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 6)
+    monkeypatch.setattr(loaders, "_PROCESS_THREADS", 6)  # torch's default count for the process
     assert default_workers(cifar, cpu) == 2 and default_workers(cifar, cuda) == 7
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
+    monkeypatch.setattr(loaders, "_PROCESS_THREADS", 8)
     assert default_workers(cifar, cpu) == 0  # torch uses every core: no worker fights it
-    assert "0 worker(s) (chosen: 8 core(s), 8 torch thread(s), cpu training)" in describe_workers(
+    assert "0 worker(s) (chosen: 8 core(s), torch's default 8 thread(s), cpu training)" in describe_workers(
         dataset_cfg("dataset=cifar10", "dataset.loader=dataloader"), cpu)
     assert default_workers(dataset_cfg("dataset=cifar10", "dataset.num_workers=0"), cuda) == 0
     assert default_workers(dataset_cfg("dataset=synthetic", "dataset.num_workers=3"), cpu) == 3

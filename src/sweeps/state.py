@@ -35,7 +35,13 @@ class ProcessState:
     - ``pool_held``: the running job's pool GPUs (NVML UUIDs);
     - ``said``: the machine notices said so far (:func:`said_once`);
     - ``job_times``: the wall times (s) of the running sweep's jobs this process ran, for the
-      console's time left.
+      console's time left;
+    - ``held``: the automatic speed choices a sweep holds constant, decided by the first job of
+      each key and reused by the later ones: ``{(sweep's parent run id, model, dataset, device
+      type): choice}`` (the torch thread count: :func:`sweeps.train.speed.threads_held_for_sweep`);
+    - ``job_kinds``: the console's time left by kind of job (:mod:`sweeps.launch.job.progress`):
+      ``plan``, the kind of each job the running sweep launches, in order; ``running``, the kind
+      of the job running now; ``times``, {kind: wall times (s) of the jobs of it this process ran}.
     """
 
     outcomes: Counter = field(default_factory=Counter)
@@ -51,6 +57,8 @@ class ProcessState:
     pool_held: list[str] = field(default_factory=list)
     said: set = field(default_factory=set)
     job_times: list[float] = field(default_factory=list)
+    held: dict = field(default_factory=dict)
+    job_kinds: dict = field(default_factory=dict)
 
 
 _current = ProcessState()

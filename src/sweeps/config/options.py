@@ -73,8 +73,9 @@ OWN_KEYS: dict[str, type] = {"dataset": DatasetKeys, "optimizer": OptimizerKeys,
 class Device:
     name: str = MISSING  # auto | cpu | cuda | ddp
     # torch's intra-op CPU threads for the job (torch.set_num_threads); null: one where a CPU
-    # training step is under 20 MFLOP, else torch's default, one per core (a GPU pool's CPU slot
-    # or a Gloo rank: its share of the cores)
+    # training step is under 20 MFLOP, else torch's default, one per core — in a sweep decided by
+    # the first job of each model × dataset × device and held at every batch (a GPU pool's CPU
+    # slot or a Gloo rank: its share of the cores)
     threads: Optional[int] = None
     # glibc malloc keeps up to this much freed heap (MB) for the next step instead of giving it
     # back to the kernel and page-faulting it in again (sweeps.train.host_heap); null: glibc's default

@@ -70,7 +70,7 @@ class EvalConfig:
 
 @dataclass
 class TargetConfig:
-    """Time to a target quality (MLPerf Training's time-to-train; see :mod:`sweeps.train.target`)."""
+    """Time to a target quality (MLPerf Training's time-to-train; see :mod:`sweeps.time_to_target`)."""
 
     metric: Optional[str] = None  # a per-epoch metric, e.g. test/acc or test/rmse (None: no target)
     value: Optional[float] = None  # the quality to reach

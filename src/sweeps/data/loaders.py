@@ -14,35 +14,61 @@ def in_memory(ds: Dataset) -> bool:
     return isinstance(ds.dataset if isinstance(ds, Subset) else ds, TensorDataset)
 
 
+# torch's intra-op thread count as this process started, before any job set its own
+# (device.threads, the small-step rule): what the default worker count is derived from
+_PROCESS_THREADS = torch.get_num_threads()
+
+
+def process_threads() -> int:
+    """torch's default intra-op thread count for this process: what it had when sweeps' data code
+    was imported, before any job set threads (``OMP_NUM_THREADS`` and the like count; a job's
+    ``device.threads`` or the small-step rule do not)."""
+    return _PROCESS_THREADS
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def default_workers(cfg: DictConfig, device: torch.device, train: Dataset | None = None) -> int:
-    """DataLoader workers when ``dataset.num_workers`` is null: 0 for in-memory tensors (workers
-    would only add IPC); else the cores the training leaves free — on a GPU every core but one
-    (up to 8: the training process needs one to feed the device); on a CPU the cores beyond
-    torch's intra-op threads (up to 4), so workers never fight the training for cores (on a
-    machine whose cores torch uses entirely: 0, images are decoded in the training process and
-    show in ``phase/data_ms``). :func:`describe_workers` says which, for the run's tags."""
+    """DataLoader workers (a count) when ``dataset.num_workers`` is null; its value, untouched,
+    when set. Null: 0 for in-memory tensors (workers would only add IPC); else the cores the
+    training leaves free — on a GPU every core but one (up to 8: the training process needs one to
+    feed the device); on a CPU the cores beyond torch's default intra-op thread count for the
+    process (:func:`process_threads`, up to 4), so workers never fight the training for cores (on
+    a machine whose cores torch uses entirely: 0, images are decoded in the training process and
+    show in ``phase/data_ms``).
+
+    The count depends on the dataset, the device type and the machine only: not on the batch
+    size, and not on the job's own thread count (``device.threads`` or the small-step rule), so
+    every job of a model × dataset × device in a sweep gets the same workers and, with the device
+    type, the same pinning (:func:`make_loaders`). :func:`describe_workers` says which, for the
+    run's tags."""
     if cfg.num_workers is not None:
         return cfg.num_workers
     if train is not None and in_memory(train):
         return 0
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = _cores()
     if device.type == "cuda":
         return max(0, min(8, cpus - 1))
-    return max(0, min(4, cpus - torch.get_num_threads()))
+    return max(0, min(4, cpus - process_threads()))
 
 
 def describe_workers(cfg: DictConfig, device: torch.device, train: Dataset | None = None,
-                     resident: bool = False) -> str:
-    """One line for the ``data.loader`` tag: the loader (``resident``: the device loader) and how
-    its worker count was chosen."""
+                     resident: bool = False, threads: int | None = None) -> str:
+    """One line for the ``data.loader`` tag: the loader (``resident``: the device loader), how its
+    worker count was chosen, and the torch thread count the job trains with (``threads``; None:
+    torch's current count — call it once the job's count is set), e.g. ``"dataloader, 0
+    worker(s) (chosen: 2 core(s), torch's default 2 thread(s), cpu training); trains on 1 torch
+    thread(s)"``."""
+    trains = f"trains on {threads if threads is not None else torch.get_num_threads()} torch thread(s)"
     if resident:
-        return f"device (the dataset resident on {device.type}; no workers)"
+        return f"device (the dataset resident on {device.type}; no workers); {trains}"
     n = default_workers(cfg, device, train)
     if cfg.num_workers is not None:
-        return f"dataloader, {n} worker(s) (dataset.num_workers)"
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return (f"dataloader, {n} worker(s) (chosen: {cpus} core(s), {torch.get_num_threads()} torch thread(s), "
-            f"{device.type} training)")
+        return f"dataloader, {n} worker(s) (dataset.num_workers); {trains}"
+    return (f"dataloader, {n} worker(s) (chosen: {_cores()} core(s), torch's default {process_threads()} "
+            f"thread(s), {device.type} training); {trains}")
 
 
 class TensorBatches:

@@ -12,14 +12,16 @@ takes the same decisions (a diverged loss); only rank 0's job logs, journals and
 """
 from __future__ import annotations
 
+import logging
 import math
+import os
 
 import torch
 
 from sweeps import names
-from sweeps.state import current
+from sweeps.state import current, said_once
 from sweeps.data import resident_loader
-from sweeps.data.loaders import describe_workers
+from sweeps.data.loaders import default_workers, describe_workers, process_threads
 from sweeps.errors import Diverged, describe, signal_exception
 from sweeps.models import count_parameters
 from sweeps.tasks.base import Task, register
@@ -27,8 +29,11 @@ from sweeps.train import distributed, flops
 from sweeps.train.builder import build_training
 from sweeps.train.loop import summarize
 from sweeps.train.optim import describe as describe_optimizer
-from sweeps.train.speed import one_thread_for_small_steps
-from sweeps.train.target import met, to_target
+from sweeps.train.speed import one_thread_for_small_steps, threads_held_for_sweep
+from sweeps.time_to_target import met, to_target
+from sweeps.tracking.store import PARENT_RUN_ENV
+
+log = logging.getLogger("sweeps")
 
 
 @register
@@ -42,14 +47,14 @@ class TrainTask(Task):
         cfg, data = self.cfg, self.data
         training = build_training(cfg, data, device, monitor=job.telemetry)
         job.writer.log_metrics({names.PARAMS: count_parameters(training.model)})
+        with_perf, per_example = flops.tracker(job.writer, training.model, data.spec, device, cfg.precision.name,
+                                               devices=distributed.world_size(), example=flops.first_input(data.train))
+        if distributed.world_size() == 1:  # a rank has its share already
+            choose_threads(job, cfg, data, device, per_example and per_example * data.batch)
+        # after the thread choice: the tag states the count the job trains with
         job.writer.queue_tags({names.LOADER_TAG: describe_workers(
             cfg.dataset, device, data.train, resident_loader(cfg.dataset.loader, data.train)),
             names.OPTIMIZER_TAG: describe_optimizer(training.trainer.optimizer)})
-        with_perf, per_example = flops.tracker(job.writer, training.model, data.spec, device, cfg.precision.name,
-                                               devices=distributed.world_size(), example=flops.first_input(data.train))
-        if cfg.device.threads is None and distributed.world_size() == 1:  # a rank has its share already
-            if threads := one_thread_for_small_steps(per_example and per_example * data.batch, device):
-                job.writer.queue_tags({names.THREADS_TAG: threads})
         if cfg.compile:  # compiled and warmed up here, out of the epoch times
             job.measured_s = training.compile()  # measured work: not in time/overhead_s
             # a resumed run keeps its first part's figure: a second value at step 0 would break
@@ -103,6 +108,36 @@ class TrainTask(Task):
 
     def summarize(self, records: list[dict]) -> dict[str, float]:
         return {**summarize(records, self.regression), **to_target(records, self.cfg.target)}
+
+
+def choose_threads(job, cfg, data, device: torch.device, flops_per_step: float | None) -> None:
+    """torch's intra-op threads for a one-process training job, set before its first step, and
+    its ``torch.threads`` tag. ``device.threads`` set: exactly that count (set by the job's
+    ``cpu_threads`` context); nothing else follows from it, which a CPU job says once per model ×
+    dataset × device on the console. Null: a single run decides from its own steps
+    (:func:`~sweeps.train.speed.one_thread_for_small_steps`); a sweep's job takes the choice held
+    for its model × dataset × device, made by the first such job of the sweep
+    (:func:`~sweeps.train.speed.threads_held_for_sweep`). ``flops_per_step``: FLOPs of one
+    training step (None: not counted)."""
+    choices = getattr(job, "choices", {})  # a data-parallel rank's job names none (and is no sweep's)
+    model = choices.get("model") or str(cfg.model.get("_target_"))
+    dataset = choices.get("dataset") or str(cfg.dataset.get("_target_"))
+    if cfg.device.threads is not None:
+        if device.type == "cpu" and said_once(("device.threads", model, dataset, device.type)):
+            workers = ("DataLoader workers stay at their default, "
+                       f"{default_workers(cfg.dataset, device, data.train)} (from the cores and torch's default "
+                       f"{process_threads()} thread(s))" if cfg.dataset.num_workers is None
+                       else "DataLoader workers as dataset.num_workers says")
+            log.info("  torch threads: %d (device.threads) for %s on %s (%s); nothing else follows from it: %s",
+                     torch.get_num_threads(), model, dataset, device.type, workers)
+        return
+    if getattr(job, "multirun", False):
+        sweep = current().sweep.get("parent_run_id") or os.environ.get(PARENT_RUN_ENV) or ""
+        tag = threads_held_for_sweep(sweep, model, dataset, device, flops_per_step, data.batch)
+    else:
+        tag = one_thread_for_small_steps(flops_per_step, device)
+    if tag:
+        job.writer.queue_tags({names.THREADS_TAG: tag})
 
 
 class TargetReached(Exception):

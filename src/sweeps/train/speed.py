@@ -10,23 +10,28 @@ in :mod:`sweeps.train.optim`).
   evaluation) is compiled before the first epoch by running those steps once on random inputs;
   model, optimizer, loss scale and RNG states are restored afterwards, so the warm-up does not
   change the training — it only moves compilation out of the timer (``time/compile_s``).
+- torch threads (``device.threads`` null): one intra-op thread for small CPU steps
+  (:func:`one_thread_for_small_steps`, a single run), decided once per sweep for each model ×
+  dataset × device and held at every batch size (:func:`threads_held_for_sweep`), so a sweep over
+  ``batch`` compares batch sizes, not thread counts.
 """
 from __future__ import annotations
 
 import copy
 import logging
 import os
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from sweeps.names import COMPILE_MODES
+from sweeps.state import current
 from sweeps.train.timing import wall_clock
 
 log = logging.getLogger("sweeps")
 # a CPU training step under this many FLOPs runs on one torch thread when device.threads is null
 SMALL_STEP_FLOPS = 20e6
-
 
 
 def use_channels_last(model: nn.Module) -> bool:
@@ -93,7 +98,9 @@ def compile_and_warm(trainer, train_loader, test_loader, mode: str = "default", 
 
 
 def one_thread_for_small_steps(flops_per_step: float | None, device: torch.device) -> str | None:
-    """With ``device.threads`` null, a CPU job whose training step is under
+    """A single run's thread choice (a sweep holds one per model × dataset × device:
+    :func:`threads_held_for_sweep`): with ``device.threads`` null, a CPU job whose training step
+    (``flops_per_step``: FLOPs of one step, None where not counted) is under
     :data:`SMALL_STEP_FLOPS` runs on one torch thread: sets it and returns the run's
     ``torch.threads`` tag; None (nothing changed) for a larger or uncounted step, a GPU job, or a
     process already on one thread. The job's ``cpu_threads`` context puts the count back after it.
@@ -101,7 +108,7 @@ def one_thread_for_small_steps(flops_per_step: float | None, device: torch.devic
     Why: torch splits an op over every intra-op thread and waits for the slowest (fused optimizer
     kernels split every parameter, whatever its size), so small ops pay the split and, beside the
     job's own background work (its store process, telemetry), every thread that shares its core.
-    On a 2-core VM (VM-I, docs/benchmarks.md; MLP 13-16-32-16-1, fused Adam, quiet process):
+    On a 2-core machine (docs/benchmarks.md; MLP 13-16-32-16-1, fused Adam, quiet process):
     0.7 and 7 MFLOP steps were 4-6 % faster on one thread, 71 MFLOP steps 23 % slower, 700 MFLOP
     and study 4's 914 MFLOP 32-45 % slower; as a job, study 5's 7-MFLOP steps took 1.12 ms an
     epoch on one thread against 1.61 ms on two, and the diabetes default job 1.18 against 1.76."""
@@ -112,3 +119,60 @@ def one_thread_for_small_steps(flops_per_step: float | None, device: torch.devic
     torch.set_num_threads(1)
     return (f"1 (small steps: {flops_per_step / 1e6:.3g} MFLOP each, under {SMALL_STEP_FLOPS / 1e6:.0f}; "
             f"device.threads to choose; {os.cpu_count()} cores)")
+
+
+@dataclass(frozen=True)
+class HeldThreads:
+    """A sweep's torch-thread choice for one model × dataset × device: ``threads`` is the count
+    every job of the key sets (None: the process's own count is left as it is), ``tag`` the
+    ``torch.threads`` tag every one of them logs."""
+
+    threads: int | None
+    tag: str
+
+
+def threads_held_for_sweep(sweep: str, model: str, dataset: str, device: torch.device,
+                           flops_per_step: float | None, batch: int | str) -> str | None:
+    """The torch thread count of a sweep's job with ``device.threads`` null, the same for every
+    job of ``model`` × ``dataset`` × ``device.type`` in the sweep ``sweep`` (its parent run id),
+    whatever its batch size or training-set size.
+
+    The first job of a key in this process decides by the rule of :func:`one_thread_for_small_steps`
+    from its own step (``flops_per_step``: FLOPs of one training step, None where not counted;
+    ``batch``: its batch size, named in the tag): one thread under :data:`SMALL_STEP_FLOPS`, else
+    the process's count. The choice is kept in :attr:`sweeps.state.ProcessState.held` and said
+    once on the console (``  torch threads: 1 for every batch of conv1d on waves (cpu): the first
+    job's steps are 17 MFLOP, under 20; device.threads=N to choose``); every later job of the key
+    sets the same count, whatever its own steps. The job's ``cpu_threads`` context puts the count
+    back after it.
+
+    Returns:
+        the run's ``torch.threads`` tag (the same text for every job of the key, e.g. ``"1 (held
+        for the sweep: conv1d × waves × cpu, decided at batch 32: 17 MFLOP steps, under 20;
+        device.threads to choose; 2 cores)"``); None for a GPU job, whose count nothing changes.
+    """
+    if device.type != "cpu":
+        return None
+    key = (sweep, model, dataset, device.type)
+    held = current().held.get(key)
+    if held is None:
+        count = torch.get_num_threads()
+        small = flops_per_step is not None and flops_per_step < SMALL_STEP_FLOPS
+        if flops_per_step is None:
+            steps, line = "steps not counted", "the first job's steps were not counted"
+        else:
+            under = "under" if small else "not under"
+            mflop = f"{flops_per_step / 1e6:.3g} MFLOP"
+            steps, line = f"{mflop} steps, {under} {SMALL_STEP_FLOPS / 1e6:.0f}", \
+                f"the first job's steps are {mflop}, {under} {SMALL_STEP_FLOPS / 1e6:.0f}"
+        shown = "1" if small else f"{count} (torch default)"
+        who = "held" if small else "torch default, held"
+        held = HeldThreads(1 if small else None,
+                           f"{1 if small else count} ({who} for the sweep: {model} × {dataset} × {device.type}, "
+                           f"decided at batch {batch}: {steps}; device.threads to choose; {os.cpu_count()} cores)")
+        current().held[key] = held
+        log.info("  torch threads: %s for every batch of %s on %s (%s): %s; device.threads=N to choose",
+                 shown, model, dataset, device.type, line)
+    if held.threads is not None and torch.get_num_threads() != held.threads:
+        torch.set_num_threads(held.threads)
+    return held.tag

@@ -205,14 +205,16 @@ def job_devices(cfg: DictConfig, device: torch.device) -> list:
 def cpu_threads(threads: int | None) -> Iterator[str]:
     """torch's intra-op CPU threads for one job: ``threads`` (``device.threads``) or, when None,
     what the process has (torch's default: one per core; a GPU pool's CPU slot: its share), which a
-    training job whose steps are small then lowers to one
-    (:func:`sweeps.train.speed.one_thread_for_small_steps`). Put back afterwards: the next job of
-    the process starts from the same count. Yields the value of the run's ``torch.threads`` tag,
-    e.g. ``"1 (device.threads; 2 cores)"``.
+    training job whose steps are small then lowers to one — a single run by its own steps
+    (:func:`sweeps.train.speed.one_thread_for_small_steps`), a sweep's job by the choice held for
+    its model × dataset × device (:func:`sweeps.train.speed.threads_held_for_sweep`). Put back
+    afterwards: the next job of the process starts from the same count. Yields the value of the
+    run's ``torch.threads`` tag, e.g. ``"1 (device.threads; 2 cores)"`` (a training job with
+    ``threads`` None replaces it with its own choice's).
 
     Why a job may want fewer threads than cores: torch's CPU kernels split an op over all its
     threads and wait for the slowest, so a thread that shares its core with anything else (the
-    store process's background work, telemetry, another program) stalls every op. On this project's 2-core VM
+    store process's background work, telemetry, another program) stalls every op. On a 2-core machine
     study 5's 0.7-ms epochs ran 1.3-3× slower with 2 threads than with 1 while another process was
     busy (quiet: 0.67 ms a step with 1 thread, 0.92 ms with 2 at 1,000 rows; 2 threads 1.4×
     faster at 1,000,000)."""
