@@ -3,7 +3,7 @@ runs — machines by default (tag ``sweeps.hardware``: host and the device model
 tag or param (``--by precision``, ``--by code``) — with each group's ratio to a baseline group.
 
 A *configuration* is what a job ran with (its params) except the grouping key and bookkeeping
-that does not change what is measured (paths, the repeat index, logging cadence): the jobs of one
+that does not change what is measured (paths, the repeat index and its seed, logging cadence): the jobs of one
 configuration in one group are repeats, shown as median [min, max]. :func:`compare` does the
 grouping and raises on bad input; :mod:`sweeps.report.compare_tables` writes tables and figures."""
 from __future__ import annotations
@@ -14,8 +14,9 @@ from sweeps import names
 from sweeps.report.runs import JobRecord
 
 # Params that say how a job was run, not what it measured; paths differ between machines.
-# device.index: which GPU of a machine (a pool slot) — the same GPU model measures the same thing.
-_BOOKKEEPING = ("repeat", "resume", "experiment", "log_every_s", "telemetry.interval_s", "telemetry.figure",
+# device.index: which GPU of a machine (a pool slot) — the same GPU model measures the same thing;
+# seed: repeats with a seed each ('seed=${repeat}') are still repeats of one configuration.
+_BOOKKEEPING = ("repeat", "seed", "resume", "experiment", "log_every_s", "telemetry.interval_s", "telemetry.figure",
                 "dataset.root", "dataset.download", "dataset.if_missing", "device.index")
 _BOOKKEEPING_PREFIXES = ("mlflow.", "checkpoint.")
 

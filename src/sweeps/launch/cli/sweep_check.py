@@ -11,46 +11,51 @@ import re
 import time
 
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from sweeps.config import complete, validate
 from sweeps.config.options import OPTION_SCHEMAS
 from sweeps.config.targets import group_as_key
+from sweeps.launch.cli import interleave
 from sweeps.launch.cli.sweep_compose import JobComposer
 from sweeps.errors import UsageError
 
 log = logging.getLogger("sweeps")
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # hydra/sweeper=basic: named, not imported
+LISTED_SWEEPERS = (interleave.SWEEPER, BASIC_SWEEPER)  # the sweepers whose jobs :func:`job_overrides` lists
 REUSE_MAX = 1024  # jobs whose composed config is kept for Hydra's later compositions (~100 KB each)
 
 
 def job_overrides(config: DictConfig) -> list[list[str]]:
-    """The override lists of every job Hydra's basic sweeper will launch for ``config`` (the
-    sweep's own config): its ``hydra.sweeper.params`` and the command line's overrides, expanded
-    as :meth:`BasicSweeper.sweep` expands them."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    """The override lists of every job the sweeper of ``config`` (the sweep's own config) will
+    launch, in launch order: its ``hydra.sweeper.params`` and the command line's overrides,
+    expanded by :func:`sweeps.launch.cli.interleave.job_lists` — repeats interleaved for sweeps'
+    sweeper unless ``hydra.sweeper.interleave=false``, the basic sweeper's order for Hydra's.
 
-    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-    overrides = OverridesParser.create().parse_overrides([*params, *config.hydra.overrides.task])
-    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    Raises:
+        UsageError: ``hydra.sweeper.interleave`` is neither true nor false.
+    """
+    sweeper = config.hydra.sweeper
+    interleaved = str(sweeper.get("_target_")) == interleave.SWEEPER and interleave.interleaving(sweeper)
+    return interleave.job_lists(interleave.parse(config, list(config.hydra.overrides.task)), interleaved)
 
 
 def planned_jobs(config: DictConfig) -> int:
     """How many jobs the sweep ``config`` launches, from its overrides alone (nothing composed);
-    0 when the sweeper is not Hydra's basic one."""
-    return len(job_overrides(config)) if str(config.hydra.sweeper.get("_target_")) == BASIC_SWEEPER else 0
+    0 when the sweeper is neither sweeps' nor Hydra's basic one (:data:`LISTED_SWEEPERS`)."""
+    return len(job_overrides(config)) if str(config.hydra.sweeper.get("_target_")) in LISTED_SWEEPERS else 0
 
 
 def check_sweep(config: DictConfig) -> int:
-    """Compose and check every job of the sweep ``config``; returns how many were checked (0 when
-    the sweeper is not Hydra's basic one, whose jobs cannot be listed in advance).
+    """Compose and check every job of the sweep ``config``, in launch order; returns how many were
+    checked (0 when the sweeper is not one of :data:`LISTED_SWEEPERS`, whose jobs cannot be listed
+    in advance).
 
     Raises:
         UsageError: the first job whose config is bad — one line naming the job's overrides and
             what is wrong (``sweeps.config.validate``'s or Hydra's message).
     """
-    if str(config.hydra.sweeper.get("_target_")) != BASIC_SWEEPER:
+    if str(config.hydra.sweeper.get("_target_")) not in LISTED_SWEEPERS:
         return 0
     from hydra.errors import HydraException
 
@@ -79,7 +84,7 @@ def check_sweep(config: DictConfig) -> int:
 def _reuse(loader, master: DictConfig, composed: dict[tuple[str, ...], DictConfig]) -> None:
     """Let Hydra's own later compositions of these jobs take the check's.
 
-    Hydra composes every job of a basic sweep twice more after the check (the sweeper's
+    Hydra composes every job of a listed sweep twice more after the check (the sweeper's
     ``validate_batch_is_legal``, then the launcher), ~0.1 s each on 2 cores: two thirds of a tiny
     job's fixed cost. ``load_sweep_config`` is a pure function of the sweep's config and the
     job's overrides, so the check's config is the same config. The sweeper's check only composes
