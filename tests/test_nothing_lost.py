@@ -477,7 +477,7 @@ def test_a_rerun_that_skips_a_done_job_removes_the_folders_its_end_left(tmp_path
         (root / run_id / "epochs.jsonl").write_text('{"epoch": 1}\n')
     again = cli_in_process(["model=mlp", *tiny], tmp_path)
     assert again.returncode == 0 and "(outcome ok): skipped" in again.stdout + again.stderr, again.stderr[-2000:]
-    assert not any(root.iterdir())
+    assert not root.exists() or not any(root.iterdir())  # the config's folder goes with its claim once empty
 
 
 @pytest.mark.slow  # ~8 s of real processes; the default suite keeps its margin under 2.5 min (chaos faults 8, 21 run in the slow step too)

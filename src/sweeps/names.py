@@ -53,6 +53,15 @@ KIND_TAG = "sweeps.kind"  # "sweep" on a parent run
 STOPPED_TAG = "sweeps.stopped"  # why a sweep stopped early (bad input, a signal)
 COMMAND_TAG, SWEEP_DIR_TAG = "sweeps.command", "sweeps.sweep_dir"
 SKIPPED_TAG_PREFIX = "sweeps.skipped."  # + config hash, on the parent run: a job skipped as done
+# On the parent run too, each + config hash, for jobs a sweep reports without running them
+# (sweeps.report.runs.sweep_runs): RUNNING_ELSEWHERE_TAG_PREFIX names the run another live process was
+# running (its run id, or '' where that process had not opened it yet: the newest run of the hash is
+# read then); REUSED_JOB_TAG_PREFIX holds JSON {"job": the job's index in the sweep, from 0, "params":
+# {the sweep's own cost.* params where it gave cost.per_hour}}, so the report lists the job in the
+# sweep's order and prices it at the sweep's price.
+RUNNING_ELSEWHERE_TAG_PREFIX = "sweeps.running_elsewhere."
+REUSED_JOB_TAG_PREFIX = "sweeps.reused_job."
+CLAIM_FILE = "claim.lock"  # <checkpoint.dir>/<config hash>/claim.lock: flock-ed by the process running that config
 OUTCOMES_TAG_PREFIX = "outcomes."  # + outcome, on the parent run: how many jobs ended so
 PARENT_RUN_TAG = "mlflow.parentRunId"
 TELEMETRY_TAG = "telemetry"
@@ -68,6 +77,7 @@ TARGET_TAG = "sweeps.target"  # with a target: "reached", or "missed" (all epoch
 TARGET_REACHED, TARGET_MISSED = "reached", "missed"
 TARGET_MODE_PARAM = "target.mode"  # max (reached when ≥ value) or min
 TARGET_METRIC_PARAM = "target.metric"  # the run's param naming its target metric (absent/None: no target)
+TARGET_VALUE_PARAM = "target.value"  # the run's param: the quality its target metric had to reach
 LR_PARAMS = ("optimizer.lr", "optimizer.base_lr")  # the params a sweep varies the learning rate by
 COST_PER_HOUR_PARAM, COST_CURRENCY_PARAM = "cost.per_hour", "cost.currency"  # a device's price (params)
 VERDICT_TAG = "sweeps.verdict"  # on a sweep's parent run: the report's verdict, one paragraph per group
@@ -94,6 +104,7 @@ SOURCE_NAME = "python -m sweeps"  # mlflow.source.name of every run (type LOCAL)
 SWEEP_ID_CHARS = 6  # a sweep's short id: the first characters of its parent run id, "#3fa2c1" in names
 TRAIN_EXAMPLES, TEST_EXAMPLES = "data.train_examples", "data.test_examples"  # params: examples actually used
 INPUT_SHAPE = "data.input_shape"  # param: one example's shape, e.g. 3x32x32
+CLASSES_PARAM = "data.classes"  # param of a classification job: how many classes its model tells apart
 DATASET_CONTEXTS = ("train", "eval")  # mlflow.data.context of a job's two dataset inputs
 # tags of a generated dataset's source (no files to point at): what made it, and its fingerprint
 DATASET_GENERATOR_TAG, DATASET_FINGERPRINT_TAG = "sweeps.generator", "sweeps.fingerprint"
@@ -145,7 +156,7 @@ PHASE_SUM_S = "phase/sum_s"
 # process, or replayed after a crash): MLflow's SQL store keys a value by (key, timestamp, step, value), so a
 # value sent twice is stored once.
 TIMESTAMP_MS = "timestamp_ms"
-SAMPLES_PER_S = "perf/samples_per_s"
+SAMPLES_PER_S = "perf/samples_per_s"  # per epoch: that epoch's examples ÷ its training pass
 FLOPS_PER_S, MFU = "perf/flops_per_s", "perf/mfu"
 EPOCH_PEAK_MB = "mem/epoch_peak_mb"
 OTHER_CPU_PCT = "system/host/other_cpu_pct"  # other processes' share of all cores during the training pass
@@ -187,6 +198,9 @@ OTHER_CPU_MEAN_PCT = "system/host/other_cpu_mean_pct"  # mean of system/host/oth
 FINAL_ACC, FINAL_RMSE = "test/final_acc", "test/final_rmse"
 PEAK_MB = "mem/peak_mb"
 BATCH_SIZE, LR = "batch_size", "lr"  # numeric copies of the knobs people sort by (params are text)
+# the job's throughput (samples/s): training examples per epoch ÷ time/median_epoch_s (epochs 2 on; a
+# 1-epoch job: its one epoch); the verdict's samples/s (sweeps.train.loop.summarize)
+MEDIAN_SAMPLES_PER_S = "perf/median_samples_per_s"
 PARAMS = "model/params"
 WORLD_SIZE = "device.world_size"
 FLOPS_PER_EXAMPLE, PEAK_FLOPS = "perf/flops_per_example", "perf/peak_flops"
@@ -200,7 +214,7 @@ TRIAL_BATCH, TRIAL_FITS = "max_batch/batch", "max_batch/fits"  # series, step = 
 TRIAL_PEAK_MB, TRIAL_PREDICTED = "max_batch/peak_mb", "max_batch/predicted"
 MAX_BATCH_TRIAL_METRICS = (TRIAL_BATCH, TRIAL_FITS, TRIAL_PEAK_MB, TRIAL_PREDICTED)
 MAX_BATCH_TRIALS = "max_batch/trials"
-# Time to a target quality (target.metric reaching target.value; sweeps.train.target): training +
+# Time to a target quality (target.metric reaching target.value; sweeps.time_to_target): training +
 # evaluation time up to the evaluation that reached it, and the epochs, examples and steps it took
 TO_TARGET_S = "time/to_target_s"
 TARGET_EPOCHS, TARGET_SAMPLES, TARGET_STEPS = "target/epochs", "target/samples", "target/steps"
@@ -211,6 +225,7 @@ SUMMARY_METRICS = (FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S, COMPILE_S, WARMUP_S, 
                    MAX_BATCH_PEAK_MB, MAX_BATCH_TRIALS, ENERGY_TOTAL_J, ENERGY_TRAIN_J, ENERGY_J_PER_SAMPLE,
                    INFER_MEDIAN_MS, INFER_MEAN_MS, INFER_MIN_MS, INFER_P10_MS, INFER_P90_MS, INFER_STD_MS,
                    INFER_WALL_S, SAMPLES_PER_S,  # perf/samples_per_s: a summary of inference jobs only
+                   MEDIAN_SAMPLES_PER_S,
                    TO_TARGET_S, TARGET_EPOCHS, TARGET_SAMPLES, TARGET_STEPS)
 SERIES_METRICS = (INFER_ITER_MS, *MAX_BATCH_TRIAL_METRICS, REQUEUE_LOST_S)
 REPORT_METRICS = (SCALING_EFFICIENCY,)  # computed by the report, not logged by a job
@@ -222,3 +237,4 @@ ALL_METRICS = frozenset((*EPOCH_METRICS, *DDP_EPOCH_METRICS, *TELEMETRY_EPOCH_ME
 # "system/host/cpu_pct"): the report reads runs logged under either (sweeps.report.runs).
 FORMER_NAMES = {name: name.removeprefix(SYSTEM_PREFIX)
                 for name in (*TELEMETRY_EPOCH_METRICS, OTHER_CPU_PCT, OTHER_CPU_MEAN_PCT)}
+

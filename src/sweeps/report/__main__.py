@@ -4,6 +4,7 @@ as one Markdown file (also logged to the sweep's parent run under ``report/``).
     python -m sweeps.report                       # the latest sweep in ./mlruns
     python -m sweeps.report --experiment offline_mnist   # an MLflow experiment, or a preset's name
     python -m sweeps.report --run-id <parent run id> --out reports/study1
+    python -m sweeps.report --experiment batch_lr_grid --target 0.88 --cost-per-hour 2.5
     python -m sweeps.report --compare --experiment phase_times          # machine A vs machine B
     python -m sweeps.report --compare --sweep <id> --sweep <id> --by precision --baseline fp32
 """
@@ -18,7 +19,7 @@ from typing import Sequence
 from mlflow import MlflowClient
 
 from sweeps import names
-from sweeps.report import best_lr, compare, compare_tables, plots, verdict, verdict_text
+from sweeps.report import best_lr, compare, compare_tables, cost, plots, verdict, verdict_text
 from sweeps.report.runs import find_sweep, history, load_jobs, max_batches, resolve_experiment, varied_keys
 from sweeps.report.tables import (COMPARE_KEYS, comparison, inference_table, max_batch_table, reference_tables,
                                   scaling_efficiency)
@@ -26,10 +27,24 @@ from sweeps.report.selection import Selection, select_jobs
 from sweeps.tracking.store import open_client, resolve_uri
 
 
-def write_report(client: MlflowClient, parent, out: Path) -> Path:
-    """Write ``out/report.md`` and its figures for the sweep ``parent``; returns the report path."""
+def write_report(client: MlflowClient, parent, out: Path, args: argparse.Namespace | None = None) -> Path:
+    """Write ``out/report.md`` and its figures for the sweep ``parent``; returns the report path.
+    ``args``: the command line's ``--target`` (re-target from the logged curves,
+    :mod:`sweeps.report.retarget`) and ``--cost-per-hour`` (price the logged times,
+    :func:`sweeps.report.cost.with_price`); either one leaves the parent run's verdict tags as the
+    sweep set them."""
     out.mkdir(parents=True, exist_ok=True)
     jobs = load_jobs(client, parent)
+    adjusted = []
+    if args is not None and args.target is not None:
+        from sweeps.report import retarget
+
+        jobs = retarget.retarget(client, jobs, args.target, args.target_metric, args.target_mode)
+        metric, mode = retarget.default_metric(jobs)
+        adjusted.append(f"re-targeted from the logged curves: {metric} {'≥' if mode == 'max' else '≤'} {args.target:g}")
+    if args is not None and args.cost_per_hour is not None:
+        jobs = cost.with_price(jobs, args.cost_per_hour, args.currency)
+        adjusted.append(f"priced at --cost-per-hour {args.cost_per_hour}")
     swept = varied_keys(jobs)
     tags = jobs[0].tags if jobs else parent.data.tags
     tag = lambda key: tags.get(key, "?")  # noqa: E731
@@ -38,11 +53,13 @@ def write_report(client: MlflowClient, parent, out: Path) -> Path:
              f"- command: `{parent.data.tags.get(names.COMMAND_TAG, '?')}`",
              f"- machine: {tag(names.ENV_CPU)} ({tag(names.ENV_CORES)} cores, {tag(names.ENV_RAM_GB)} GB),"
              f" GPUs: {tag(names.ENV_GPUS)}; torch {tag(names.ENV_TORCH)}, commit {tag(names.ENV_GIT_COMMIT)[:12]}",
-             f"- generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC", ""]
+             f"- generated {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+             *(f"- {a} (the sweep's own verdict stays on its run)" for a in adjusted), ""]
     fits = max_batches(client, parent.info.experiment_id)
     findings = verdict.findings(jobs, fits)
     lines += verdict_text.markdown(findings)
-    verdict_text.log_to_parent(client, parent.info.run_id, findings)
+    if not adjusted:
+        verdict_text.log_to_parent(client, parent.info.run_id, findings)
     for label, table in reference_tables(jobs, fits):
         lines += [f"## {label}", "", table, ""]
     if (table := max_batch_table(jobs)) is not None:
@@ -116,6 +133,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlruns/mlflow.db")
     ap.add_argument("--out", type=Path, help="output folder (default: reports/<sweep run id>, "
                                              "reports/compare-<UTC time> with --compare)")
+    again = ap.add_argument_group("asking the logged runs another question (nothing is trained again)")
+    again.add_argument("--target", type=float, metavar="VALUE",
+                       help="time and steps to this quality instead of the sweep's target, from each job's "
+                            "epochs.csv (e.g. --target 0.88)")
+    again.add_argument("--target-metric", metavar="METRIC",
+                       help="the metric --target reads (default: the sweep's target.metric, else test/acc or "
+                            "test/rmse)")
+    again.add_argument("--target-mode", choices=names.TARGET_MODES,
+                       help="max: reached when the metric is >= VALUE; min: <= (default: the sweep's, else by "
+                            "the metric)")
+    again.add_argument("--cost-per-hour", metavar="PRICE",
+                       help="price of a device-hour for the money figures: 2.5 for every device, or cpu=0.1,cuda=2.5")
+    again.add_argument("--currency", help="a label for the money figures, e.g. USD")
     group = ap.add_argument_group("comparing runs across sweeps and machines")
     group.add_argument("--compare", action="store_true",
                        help="the selected runs side by side, a column per --by value (default: machine)")
@@ -139,13 +169,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         given = [f for f in ("sweep", "tag", "filter", "by", "baseline") if getattr(args, f)]
         if given:
             raise ValueError(f"--{given[0]} is for comparing runs: add --compare")
+        if args.cost_per_hour is not None:
+            args.cost_per_hour = cost.parse_price(args.cost_per_hour)
+        if args.target is None and (args.target_metric or args.target_mode):
+            raise ValueError("--target-metric and --target-mode go with --target VALUE, e.g. --target 0.88")
         if len(args.experiment) > 1:
             raise ValueError("a sweep report reads one --experiment; several go with --compare")
         parent = find_sweep(client, args.experiment[0] if args.experiment else None, args.run_id)
     except (LookupError, ValueError) as e:
         print(f"sweeps.report: error: {e}", file=sys.stderr)
         return 2
-    report = write_report(client, parent, args.out or Path("reports") / parent.info.run_id[:12])
+    report = write_report(client, parent, args.out or Path("reports") / parent.info.run_id[:12], args)
     print(report.read_text())
     print(f"\nreport: {report}", file=sys.stderr)
     return 0

@@ -17,6 +17,10 @@ from sweeps import names
 from sweeps.report.runs import JobRecord
 
 EXCLUDE = ("batch", "repeat", *names.LR_PARAMS)  # a line of the figures: every swept key but these
+# The one tie rule (:func:`choose`), as docs/reading-results.md states it word for word (a test checks):
+TIE_RULE = ("per batch, the lr with the fewest steps to target (median over repeats) is the best; lrs level "
+            "on steps tie, the verdict says so, and the one with the better final score on the target's "
+            "metric, then the smaller lr, stands for the batch")
 
 
 @dataclass
@@ -27,6 +31,7 @@ class Choice:
     lr: float | None  # the chosen effective lr (metric ``lr``); None: no lr reached the target
     jobs: list[JobRecord] = field(default_factory=list)  # its ok runs (every ok run of the batch when lr is None)
     lrs: int = 1  # how many learning rates the batch ran at
+    tied: list[float] = field(default_factory=list)  # lrs level on steps to target with the chosen one (it among them)
 
     @property
     def reached(self) -> bool:
@@ -50,13 +55,13 @@ def _final(jobs: list[JobRecord]) -> float:
 def choose(jobs: list[JobRecord]) -> dict[float, Choice]:
     """``{batch: Choice}`` for the ok training runs among ``jobs`` (one model, dataset and device),
     by numeric batch. Per batch, its runs grouped by effective lr (4 significant digits); an lr
-    counts when every ok run of it reached the target; the chosen one has the fewest steps to target
-    (median over repeats, metric ``target/steps``), ties broken by fewer examples
-    (``target/samples``), then — since a target is only checked where the runs evaluate, so lrs
-    often tie on both — the better final score on the target's metric, then the shorter time to
-    target (``time/to_target_s``), then the smaller lr. A batch where no lr reached (or that ran
-    without a target) gets ``lr`` None and all its ok runs — unless it ran at one lr, which is then
-    its lr (``reached`` tells the two apart)."""
+    counts when every ok run of it reached the target. The tie rule (:data:`TIE_RULE`): the
+    chosen lr has the fewest steps to target (median over repeats, metric
+    ``target/steps``); lrs level on steps — a target is only checked where the runs evaluate, so
+    they often are — are a tie (:attr:`Choice.tied`, which the verdict states), and of them the
+    one with the better final score on the target's metric stands for the batch, then the smaller
+    lr. A batch where no lr reached (or that ran without a target) gets ``lr`` None and all its ok
+    runs — unless it ran at one lr, which is then its lr (``reached`` tells the two apart)."""
     by_batch: dict[float, dict[str, list[JobRecord]]] = defaultdict(lambda: defaultdict(list))
     for j in jobs:
         if j.outcome == names.OK and j.batch is not None and names.LR in j.metrics:
@@ -64,19 +69,70 @@ def choose(jobs: list[JobRecord]) -> dict[float, Choice]:
     out = {}
     for batch in sorted(by_batch):
         by_lr = by_batch[batch]
-        reached = [(_median(js, names.TARGET_STEPS), _median(js, names.TARGET_SAMPLES), _final(js),
-                    _median(js, names.TO_TARGET_S) if all(names.TO_TARGET_S in j.metrics for j in js) else 0.0,
-                    float(lr), js)
+        reached = [(_median(js, names.TARGET_STEPS), _final(js), float(lr), js)
                    for lr, js in by_lr.items() if all(names.TARGET_STEPS in j.metrics for j in js)]
         if reached:
-            *_, lr, js = min(reached, key=lambda r: r[:5])
-            out[batch] = Choice(batch, lr, js, len(by_lr))
+            steps, _, lr, js = min(reached, key=lambda r: r[:3])
+            tied = sorted(r[2] for r in reached if r[0] == steps)
+            out[batch] = Choice(batch, lr, js, len(by_lr), tied if len(tied) > 1 else [])
         elif len(by_lr) == 1:
             ((lr, js),) = by_lr.items()
             out[batch] = Choice(batch, float(lr), js, 1)
         else:
             out[batch] = Choice(batch, None, [j for js in by_lr.values() for j in js], len(by_lr))
     return out
+
+
+def tried(jobs: list[JobRecord]) -> dict[float, list[float]]:
+    """``{batch: [lr, ...]}``: every effective lr each batch ran at, whatever the outcome, ascending."""
+    out: dict[float, set[float]] = defaultdict(set)
+    for j in jobs:
+        if j.batch is not None and names.LR in j.metrics:
+            out[j.batch].add(float(f"{j.metrics[names.LR]:.4g}"))
+    return {b: sorted(lrs) for b, lrs in sorted(out.items())}
+
+
+def _next(lrs: list[float], up: bool) -> str:
+    """The next two lrs past an edge of ``lrs``, on the grid's own step (the ratio of its two
+    outermost lrs at that edge): ``0.3 and 1`` past 0.03, 0.1."""
+    ratio = lrs[-1] / lrs[-2] if up else lrs[0] / lrs[1]
+    edge = lrs[-1] if up else lrs[0]
+    return f"{edge * ratio:.2g} and {edge * ratio ** 2:.2g}"
+
+
+def grid_notes(jobs: list[JobRecord], choices: dict[float, Choice]) -> list[str]:
+    """What an lr grid cannot tell, one phrase each: lrs tied at a batch, a best lr at an edge of
+    the lrs tried (with the next two to try), lrs that diverged (outcome ``diverged``) and lrs
+    whose runs ended at chance accuracy (``test/final_acc`` ≤ 1.2 ÷ the classes, param
+    ``data.classes``). Nothing where no batch ran at several lrs."""
+    grid = tried(jobs)
+    if not any(len(lrs) > 1 for lrs in grid.values()):
+        return []
+    notes = [f"batch {b:.0f}: lr {' and '.join(f'{lr:.3g}' for lr in c.tied)} tie ({_median(c.jobs, names.TARGET_STEPS):.0f} "
+             "steps to target each)" for b, c in choices.items() if c.tied]
+    for b, c in choices.items():
+        lrs = grid.get(b, [])
+        if c.reached and len(lrs) >= 2 and c.lr in (lrs[0], lrs[-1]) and not c.tied:
+            up = c.lr == lrs[-1]
+            notes.append(f"batch {b:.0f}'s best lr {c.lr:.3g} is the {'largest' if up else 'smallest'} tried: "
+                         f"try {_next(lrs, up)} next")
+    diverged = defaultdict(list)
+    chance = defaultdict(list)
+    for j in jobs:
+        if j.batch is None or names.LR not in j.metrics:
+            continue
+        lr = float(f"{j.metrics[names.LR]:.4g}")
+        if j.outcome == names.DIVERGED:
+            diverged[lr].append(j.batch)
+        classes = j.params.get(names.CLASSES_PARAM, "")
+        if j.outcome == names.OK and classes.isdigit() and int(classes) > 1 and names.FINAL_ACC in j.metrics \
+                and j.metrics[names.FINAL_ACC] <= 1.2 / int(classes):
+            chance[lr].append(j.batch)
+    for what, found in (("diverged", diverged), ("stayed at chance accuracy", chance)):
+        for lr, batches in sorted(found.items()):
+            at = ", ".join(f"{b:.0f}" for b in sorted(set(batches)))
+            notes.append(f"lr {lr:.3g} {what} at batch {at}")
+    return notes
 
 
 def varies_lr(jobs: list[JobRecord]) -> bool:

@@ -8,6 +8,7 @@ GPU's (``energy/j_per_sample`` × examples): a CPU job has none.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from sweeps import names
@@ -92,3 +93,37 @@ def headers(jobs: Sequence[JobRecord]) -> tuple[str, str]:
 def amount(value: float | None) -> str:
     """A sum of money to 3 significant digits ('-' for none): 0.00213, 1.25, 1.2e+03."""
     return "-" if value is None else f"{value:.3g}"
+
+
+def parse_price(text: str) -> float | dict[str, float]:
+    """``--cost-per-hour``: ``"2.5"`` (every device) or ``"cpu=0.1,cuda=2.5"`` (per device type).
+
+    Raises:
+        ValueError: anything else (one line naming what works).
+    """
+    try:
+        if "=" not in text:
+            return float(text)
+        pairs = (part.split("=", 1) for part in text.split(","))
+        return {device.strip(): float(value) for device, value in pairs}
+    except ValueError:
+        raise ValueError(f"--cost-per-hour {text!r}: give a price per device-hour, 2.5 for every device or "
+                         "cpu=0.1,cuda=2.5 per device type") from None
+
+
+def with_price(jobs: Sequence[JobRecord], per_hour: float | dict[str, float], unit: str | None = None) -> list[JobRecord]:
+    """``jobs`` priced at ``per_hour`` (:func:`parse_price`'s value) in currency ``unit``, as though
+    each had run with ``cost.per_hour`` (and ``cost.currency``) set: its params rewritten, its
+    figures untouched."""
+    if isinstance(per_hour, dict):
+        prices = {f"{names.COST_PER_HOUR_PARAM}.{device}": str(p) for device, p in per_hour.items()}
+    else:
+        prices = {names.COST_PER_HOUR_PARAM: str(per_hour)}
+    out = []
+    for j in jobs:
+        params = {k: v for k, v in j.params.items() if not k.startswith(names.COST_PER_HOUR_PARAM)}
+        params.update(prices)
+        if unit is not None:
+            params[names.COST_CURRENCY_PARAM] = unit
+        out.append(replace(j, params=params))
+    return out

@@ -8,7 +8,7 @@ from typing import Any
 from mlflow import MlflowClient
 
 from sweeps import names
-from sweeps.report.runs import JobRecord, job_from_run, max_batches
+from sweeps.report.runs import JobRecord, find_sweep, job_from_run, load_jobs, max_batches, sweep_runs
 from sweeps.report.selection import Selection, select_jobs
 from sweeps.tracking import store
 
@@ -38,10 +38,12 @@ def job_record(job: JobRecord) -> dict[str, Any]:
 
 
 def results(experiment: str, *, tracking_uri: str | None = None, sweep: str | None = None):
-    """The jobs of ``experiment`` (only those of the sweep whose parent run id is ``sweep``, when
-    given) in the store at ``tracking_uri`` (default: ``$MLFLOW_TRACKING_URI``, else
-    ``./mlruns``), oldest first, as a ``pandas.DataFrame`` — one row per job, the columns of
-    :func:`job_record`.
+    """The jobs of ``experiment`` in the store at ``tracking_uri`` (default:
+    ``$MLFLOW_TRACKING_URI``, else ``./mlruns``), oldest first, as a ``pandas.DataFrame`` — one
+    row per job, the columns of :func:`job_record`. With ``sweep`` (a parent run id): every job of
+    that sweep in its order, those it reused without running them included — the earlier run of a
+    job it skipped as done, the run of one another process ran
+    (:func:`sweeps.report.runs.sweep_runs`).
 
     Raises:
         LookupError: no such store, experiment or sweep, or no job in it (one line saying what exists).
@@ -53,25 +55,47 @@ def results(experiment: str, *, tracking_uri: str | None = None, sweep: str | No
 
 def _jobs(experiment: str, tracking_uri: str | None, sweep: str | None) -> tuple[MlflowClient, list[JobRecord]]:
     client = store.open_client(store.resolve_uri(tracking_uri, create=False))  # a sweep may be creating it
+    if sweep:
+        return client, _sweep_jobs(client, experiment, sweep)
     try:
-        return client, select_jobs(client, Selection(experiments=[experiment], sweeps=[sweep] if sweep else []))
+        return client, select_jobs(client, Selection(experiments=[experiment]))
     except ValueError as e:  # the selection's own one-line message
         raise LookupError(str(e)) from None
+
+
+def _sweep_jobs(client: MlflowClient, experiment: str, sweep: str) -> list[JobRecord]:
+    """The jobs of sweep ``sweep`` of ``experiment`` (:func:`sweeps.report.runs.load_jobs`).
+
+    Raises:
+        LookupError: no such experiment, run or sweep there, or a sweep without a job.
+    """
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise LookupError(f"no experiment named {experiment!r} in {client.tracking_uri}")
+    parent = find_sweep(client, run_id=sweep)
+    if parent.data.tags.get(names.KIND_TAG) != "sweep" or parent.info.experiment_id != exp.experiment_id:
+        raise LookupError(f"run {sweep!r} is not a sweep (a parent run of python -m sweeps -m) of experiment "
+                          f"{experiment!r}")
+    jobs = load_jobs(client, parent)
+    if not jobs:
+        raise LookupError(f"sweep {sweep} of experiment {experiment!r} has no job runs yet")
+    return jobs
 
 
 def verdict(experiment: str, *, tracking_uri: str | None = None, sweep: str | None = None):
     """The report's verdict on the jobs :func:`results` returns, as a ``pandas.DataFrame``: one row
     per model × dataset (× ``dataset.train_size``, and every other swept key but batch, repeat, lr
-    and device: column ``group``) × device, with ``batches`` (how many ran ok), ``best_batch`` and
-    its ``best_lr`` (the lr that reached the target in the fewest steps), ``by`` (``time to target``
-    or ``samples/s``), ``time_to_target_s``, ``samples_per_s``, ``lr_per_batch`` (the best lr of
-    each batch, where the sweep varied the lr), ``knee`` (the smallest batch past which doubling
-    gains < 10 % samples/s) and ``last_gain`` (the gain per doubling to the largest batch), ``fits`` (largest batch that fits) and ``fits_how``, ``energy_per_epoch_j``,
-    ``energy_to_target_j``, ``cost_per_epoch``, ``cost_to_target`` and ``currency`` (where
-    ``cost.per_hour`` was given), ``wins`` and ``speedup`` (beside the other devices),
-    ``crossover_rows`` (the data size from which the other device wins), ``note`` (why a pick was
-    not made, or noise) and ``verdict`` (the sentence the report prints); None where there is
-    nothing to say it (:class:`sweeps.report.verdict.Finding`).
+    and device: column ``group``) × device, the fields of :class:`sweeps.report.verdict.Finding`
+    as columns — among them ``target_batch`` (fastest to target) with ``best_lr`` and
+    ``time_to_target_s`` (s), ``throughput_batch`` (highest samples/s) with ``samples_per_s``,
+    ``best_batch`` (the first of the two where a batch reached the target, else the second),
+    ``runs`` (the runs behind it), ``target_tie`` and ``throughput_tie`` (batches that tie, and
+    why), ``quality`` and ``quality_warning`` (without a target), ``target_missed``,
+    ``lr_per_batch`` and ``grid`` (lr ties, edges, diverged and chance-level lrs), ``knee``,
+    ``last_gain``, ``fits``, energy (J) and money, ``wins`` and ``speedup`` (beside the other
+    devices), ``crossover_rows``, ``held`` (un-swept conditions that differ: no comparison made),
+    ``drift``, ``note`` — and ``verdict`` (the sentence the report prints); None where there is
+    nothing to say it.
 
     Raises:
         LookupError: no such store, experiment or sweep, or no job in it (one line saying what exists).
@@ -84,16 +108,13 @@ def verdict(experiment: str, *, tracking_uri: str | None = None, sweep: str | No
 
 
 def sweep_records(tracking_uri: str, parent_run_id: str) -> list[dict[str, Any]]:
-    """One :func:`job_record` per job of the sweep ``parent_run_id``, in the order they ran;
-    jobs skipped as already done appear with ``outcome`` ``skipped`` and the figures of the run
-    that did them."""
+    """One :func:`job_record` per job of the sweep ``parent_run_id``, in the sweep's order
+    (:func:`sweeps.report.runs.sweep_runs`); jobs it did not run itself — skipped as already
+    done, or run by another process meanwhile — appear with ``outcome`` ``skipped``, the
+    ``run_id`` and figures of the run that did them."""
     client = MlflowClient(tracking_uri)
-    parent = client.get_run(parent_run_id)
-    rows = [job_record(job_from_run(r)) for r in store.child_runs(client, parent.info.experiment_id, parent_run_id)]
-    for key, run_id in parent.data.tags.items():
-        if key.startswith(names.SKIPPED_TAG_PREFIX):
-            rows.append({**job_record(job_from_run(client.get_run(run_id))), "outcome": names.SKIPPED})
-    return rows
+    return [{**job_record(j.job()), "outcome": names.SKIPPED} if j.reused else job_record(j.job())
+            for j in sweep_runs(client, client.get_run(parent_run_id))]
 
 
 def single_record(tracking_uri: str, run_id: str) -> dict[str, Any]:

@@ -1,10 +1,17 @@
 """Read a sweep back from MLflow for the report: the parent run, its jobs, what was swept.
 
+A sweep's jobs (:func:`sweep_runs`) are its child runs plus the runs it reused without running
+them: the earlier done run of a job it skipped (tag ``sweeps.skipped.<config hash>`` on the
+parent) and the run of a job another live process was running (``sweeps.running_elsewhere.<config
+hash>``), each where it stood in the sweep. The sweep-end summary and verdict, the report and
+:func:`sweeps.results` all read them from here.
+
 MLflow params are strings and sort as text ("1024" < "128"), so every number the report sorts or
 plots by comes from a metric (``batch_size``, ``lr``), never from a param.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,7 +85,8 @@ def resolve_experiment(client: MlflowClient, name: str, config_dir: str | None =
 
 def find_sweep(client: MlflowClient, experiment: str | None = None, run_id: str | None = None):
     """The parent run of a sweep: ``run_id`` if given, else the latest sweep in ``experiment``
-    (or in any experiment).
+    (or in any experiment) that has a job (:func:`sweep_runs`; a sweep stopped before its first
+    job, or one still starting, is passed over; where none has one, the latest sweep).
 
     Raises:
         LookupError: no such run or no sweep at all (message names what was searched).
@@ -98,12 +106,19 @@ def find_sweep(client: MlflowClient, experiment: str | None = None, run_id: str 
         ids = [exp.experiment_id]
     else:
         ids = [e.experiment_id for e in client.search_experiments()]
-    found = client.search_runs(ids, "tags.`sweeps.kind` = 'sweep'", order_by=["attributes.start_time DESC"],
-                               max_results=1) if ids else []
+    found = client.search_runs(ids, f"tags.`{names.KIND_TAG}` = 'sweep'", order_by=["attributes.start_time DESC"],
+                               max_results=20) if ids else []
     if not found:
         where = f"experiment {experiment!r}" if experiment else "any experiment"
         raise LookupError(f"no sweep (a run of python -m sweeps -m ...) in {where} of {client.tracking_uri}")
-    return found[0]
+    return next((run for run in found if _has_job(client, run)), found[0])
+
+
+def _has_job(client: MlflowClient, parent) -> bool:
+    if any(k.startswith((names.SKIPPED_TAG_PREFIX, names.RUNNING_ELSEWHERE_TAG_PREFIX)) for k in parent.data.tags):
+        return True
+    return bool(client.search_runs([parent.info.experiment_id], f"tags.`{names.PARENT_RUN_TAG}` = '{parent.info.run_id}'",
+                                   max_results=1))
 
 
 def job_from_run(run) -> JobRecord:
@@ -116,9 +131,83 @@ def job_from_run(run) -> JobRecord:
                dict(parse_overrides(tags.get(names.OVERRIDES_TAG, ""))), dict(run.data.params), metrics, dict(tags))
 
 
+@dataclass
+class SweepRun:
+    """One job of a sweep: its MLflow ``run``; ``reused``: '' where the sweep ran it,
+    :data:`EARLIER` where it skipped it as done in that earlier run, :data:`ELSEWHERE` where
+    another live process was running it; ``params``: the sweep's own values put over the run's
+    params (its ``cost.*``, where it gave ``cost.per_hour`` and reused the run)."""
+
+    run: object
+    reused: str = ""
+    params: dict[str, str] = field(default_factory=dict)
+
+    def job(self) -> JobRecord:
+        """The run as the report sees it, the sweep's ``params`` applied."""
+        job = job_from_run(self.run)
+        job.params.update(self.params)
+        return job
+
+
+EARLIER, ELSEWHERE = "earlier", "elsewhere"
+
+
+def sweep_runs(client: MlflowClient, parent) -> list[SweepRun]:
+    """Every job of the sweep whose parent run is ``parent`` (a ``Run``, read after its jobs
+    tagged it): its child runs, oldest first, with the runs it reused put where their jobs
+    stood in the sweep (tag ``sweeps.reused_job.<hash>``; at the end where that is missing), each
+    run once. A reused run that is deleted or gone is left out; a job another process was
+    running before it had opened a run is that config's newest run.
+
+    Raises:
+        mlflow.exceptions.MlflowException: the store refused a search.
+    """
+    tags, exp = parent.data.tags, parent.info.experiment_id
+    jobs = [SweepRun(r) for r in store.child_runs(client, exp, parent.info.run_id)]
+    seen = {j.run.info.run_id for j in jobs}
+    reused = []
+    for key, value in tags.items():
+        for prefix, how in ((names.SKIPPED_TAG_PREFIX, EARLIER), (names.RUNNING_ELSEWHERE_TAG_PREFIX, ELSEWHERE)):
+            if key.startswith(prefix):
+                chash = key[len(prefix):]
+                run = _reused_run(client, exp, value, chash)
+                if run is None or run.info.run_id in seen:
+                    continue
+                seen.add(run.info.run_id)
+                place, params = _reused_job(tags.get(f"{names.REUSED_JOB_TAG_PREFIX}{chash}"))
+                reused.append((place, SweepRun(run, how, params)))
+    for place, job in sorted(reused, key=lambda r: r[0]):  # ascending: each lands at its own index
+        jobs.insert(min(place, len(jobs)), job)
+    return jobs
+
+
+def _reused_run(client: MlflowClient, experiment_id: str, run_id: str, config_hash: str):
+    """The run ``run_id`` (for '': the newest run of ``config_hash``), or None where it is
+    deleted or gone."""
+    if not run_id:
+        found = client.search_runs([experiment_id], f"tags.`{names.HASH_TAG}` = '{config_hash}'",
+                                   order_by=["attributes.start_time DESC"], max_results=1)
+        return found[0] if found else None
+    try:
+        run = client.get_run(run_id)
+    except Exception:  # noqa: BLE001 (deleted for good, or another store's: the rest still reports)
+        return None
+    return None if run.info.lifecycle_stage == "deleted" else run
+
+
+def _reused_job(text: str | None) -> tuple[float, dict[str, str]]:
+    """(the job's index in the sweep, the sweep's params for it) from a ``sweeps.reused_job.*``
+    tag; (inf, {}) where it is missing or unreadable."""
+    try:
+        data = json.loads(text or "")
+        return int(data["job"]), {str(k): str(v) for k, v in (data.get("params") or {}).items()}
+    except (ValueError, KeyError, TypeError):
+        return float("inf"), {}
+
+
 def load_jobs(client: MlflowClient, parent) -> list[JobRecord]:
-    """The sweep's jobs in the order they ran."""
-    return [job_from_run(run) for run in store.child_runs(client, parent.info.experiment_id, parent.info.run_id)]
+    """The sweep's jobs (:func:`sweep_runs`) in the sweep's order, as the report sees them."""
+    return [job.job() for job in sweep_runs(client, parent)]
 
 
 def varied_keys(jobs: list[JobRecord]) -> list[str]:

@@ -23,29 +23,69 @@ def _money(value: float | None, unit: str) -> str:
     return f"{cost.amount(value)}{' ' + unit if unit else ''}"
 
 
+def _runs(n: int) -> str:
+    return f"{n} run{'s' * (n != 1)}"
+
+
+def _figure(f: Finding, which: str, runs: bool = True) -> str:
+    """The figure behind an answer, with its run count and range: ``"3.1 s, median of 3 runs,
+    2.9–3.4"`` (``runs`` False: ``"3.1 s"``); the bare median where the figure's runs are not known."""
+    fig = f.target_figure if which == "target" else f.throughput_figure
+    fmt, unit = ("{:.3g}", "s") if which == "target" else ("{:,.0f}", "samples/s")
+    value = f.time_to_target_s if which == "target" else f.samples_per_s
+    if fig is not None and runs:
+        return fig.text(fmt, unit)
+    return f"{fmt.format(value)} {unit}"
+
+
+def _alone(f: Finding, which: str) -> str:
+    """A group's one batch: ``"5,000,000 samples/s at batch 100000 (1 run)"``."""
+    fig = f.target_figure if which == "target" else f.throughput_figure
+    batch = f.target_batch if which == "target" else f.throughput_batch
+    to = " to target" if which == "target" else ""
+    runs = f" ({fig.runs('{:.3g}' if which == 'target' else '{:,.0f}')})" if fig is not None else ""
+    return f"{_figure(f, which, runs=False)}{to} at batch {_num(batch)}{runs}"
+
+
 def sentence(f: Finding, size: bool = True) -> str:
-    """What one device's runs of a group say: best batch and lr, knee, largest batch, energy, money;
-    led by the device, and by the data size where ``size`` (a group that varies it)."""
-    parts = []
-    if f.best_batch is not None:
-        figure = (f"{f.time_to_target_s:.3g} s to target" if f.by == "time to target"
-                  else f"{f.samples_per_s:,.0f} samples/s")
+    """What one device's runs of a group say, led by the device (and by the data size where
+    ``size``, a group that varies it): an unreachable target first; then the two answers, named
+    — fastest to target and highest throughput, each with its figure, run count and range, or the
+    batches that tie — and, without a target, the quality each batch reached; the lr per batch and
+    what the lr grid cannot tell; the knee, the largest batch that fits, energy, money; then a
+    note of what differs, ties, the spread and drift."""
+    parts = [f.target_missed] if f.target_missed else []
+    several = f.batches > 1
+    if f.target_batch is not None:
         lr = f" at lr {f.best_lr:.3g}" if f.best_lr is not None else ""
-        parts.append(f"best batch {_num(f.best_batch)}{lr} ({figure})" if f.batches > 1
-                     else f"{figure} at batch {_num(f.best_batch)}")
-    elif f.batches == 0:
+        parts.append(f"fastest to target: batch {_num(f.target_batch)}{lr} ({_figure(f, 'target')})" if several
+                     else _alone(f, "target"))
+    elif f.target_tie:
+        parts.append(f"fastest to target: a tie between batch {f.target_tie}")
+    if f.throughput_batch is not None:
+        parts.append(f"highest throughput: batch {_num(f.throughput_batch)} ({_figure(f, 'throughput')})"
+                     if several else _alone(f, "throughput"))
+    elif f.throughput_tie:
+        parts.append(f"highest throughput: a tie between batch {f.throughput_tie}")
+    if f.batches == 0:
         parts.append("no job ended ok")
-    elif not f.note:
+    elif not parts and not f.note:
         parts.append("no batch to pick: no timings")
+    if f.quality and several:
+        parts.append(f"quality reached per batch {f.quality}")
+    if f.quality_warning:
+        parts.append(f.quality_warning)
     if f.lr_per_batch:
         parts.append(f"best lr per batch {f.lr_per_batch}")
+    if f.grid:
+        parts.append(f.grid)
     if f.knee is not None:
         parts.append(f"throughput knee at batch {_num(f.knee)} (each doubling past it gains < "
                      f"{100 * KNEE_GAIN:.0f}% samples/s)")
     elif f.last_gain is not None:
         parts.append(f"no throughput knee (the doubling to the largest batch still gains {100 * f.last_gain:.0f}% "
                      "samples/s)")
-    if f.fits is not None and (f.batches > 1 or f.fits_how != "all tried fit"):
+    if f.fits is not None and (several or f.fits_how != "all tried fit"):
         parts.append(f"largest batch that fits {_num(f.fits)} ({f.fits_how})")
     elif f.fits_how.startswith("OOM"):
         parts.append(f"no batch fits ({f.fits_how})")
@@ -57,7 +97,8 @@ def sentence(f: Finding, size: bool = True) -> str:
         parts.append(f"cost {_money(f.cost_per_epoch, f.currency)} per epoch{to_target}")
     rows = f" at {f.train_size:,} rows" if size and f.train_size is not None else ""
     text = f"{f.device}{rows}: " + "; ".join(parts) + "."
-    return text + (f" Note: {f.note}." if f.note else "")
+    notes = "; ".join(n for n in (f.note, f"the machine drifted: {f.drift}" if f.drift else "") if n)
+    return text + (f" Note: {notes}." if notes else "")
 
 
 def _devices(rows: list[Finding]) -> list[str]:
@@ -134,5 +175,6 @@ def frame(rows: list[Finding]):
     import pandas as pd
 
     sized = {g for g in {f.group for f in rows} if _sizes_vary([f for f in rows if f.group == g])}
-    return pd.DataFrame([{**asdict(f), "verdict": sentence(f, f.group in sized)} for f in rows],
-                        columns=[*Finding.__dataclass_fields__, "verdict"])
+    keep = [k for k in Finding.__dataclass_fields__ if k not in Finding.FRAME_EXCLUDE]
+    return pd.DataFrame([{**{k: v for k, v in asdict(f).items() if k in keep}, "verdict": sentence(f, f.group in sized)}
+                         for f in rows], columns=[*keep, "verdict"])

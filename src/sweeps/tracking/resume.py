@@ -2,22 +2,26 @@
 
 Re-running a sweep skips jobs whose hash already has a finished run (outcome ``ok`` or ``oom``) in
 the experiment; a job whose last run was killed goes on from its checkpoint in that same run (whose
-dead job's journal :mod:`sweeps.tracking.replay` has replayed first).
+dead job's journal :mod:`sweeps.tracking.replay` has replayed first). A config that another live
+process is running is not run again: :func:`claim` (one process per config and machine, a lock
+file) and :func:`running_run` (a RUNNING run of it in the store, from another host) say so.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import socket
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from sweeps import names
-from sweeps.names import DONE, HASH_TAG, HOST_TAG, PID_TAG
+from sweeps.names import CLAIM_FILE, DONE, HASH_TAG, HOST_TAG, PID_TAG
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -101,3 +105,134 @@ def clear_finished(checkpoint_dir: str | Path, config_hash: str, client: MlflowC
         except Exception:  # noqa: BLE001 (not a run of this store, or the store refuses: keep it)
             continue
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class ClaimHeld(Exception):
+    """Another live process holds the claim on a config (:func:`claim`); ``holder``: what it wrote
+    in the claim file — ``pid`` (int), ``host``, ``since`` (s since the epoch) — or {} where it
+    had written nothing yet."""
+
+    def __init__(self, path: Path, holder: dict):
+        super().__init__(f"{path} is held by {holder or 'another process'}")
+        self.path, self.holder = path, holder
+
+
+class Claim:
+    """A held claim on one config: ``<checkpoint.dir>/<config hash>/claim.lock``, ``flock``-ed
+    (exclusive) by this process until :meth:`release` (or the process's end, kill -9 included:
+    the kernel drops the lock with the process). ``held`` is False where the file could not be
+    made or locked (a read-only or full disk, a file system without locks): the job then runs
+    unclaimed, as before claims existed. A context manager: released on every way out."""
+
+    def __init__(self, path: Path, fd: int | None):
+        self.path, self.fd = path, fd
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None
+
+    def release(self) -> None:
+        """Remove the claim file and drop the lock (in that order: a process that opened the file
+        meanwhile finds it replaced, :func:`claim`); then the config's folder and
+        ``checkpoint.dir`` where that left them empty. Never raises; a second call does nothing."""
+        if self.fd is None:
+            return
+        fd, self.fd = self.fd, None
+        try:
+            if os.fstat(fd).st_ino == os.stat(self.path).st_ino:
+                self.path.unlink()
+        except OSError:  # already gone, or not ours to remove: the lock below is what counts
+            pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+        for folder in (self.path.parent, self.path.parent.parent):
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (a run's folder), or not ours to remove
+                break
+
+    def __enter__(self) -> "Claim":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def claim(checkpoint_dir: str | Path, config_hash_: str) -> Claim:
+    """Claim config ``config_hash_`` for this process, atomically: of two processes that try at
+    the same moment on one machine (or on hosts sharing ``checkpoint_dir`` with working
+    ``flock``), exactly one gets it. The holder writes its pid, host and start time into the
+    file (JSON) for the others' message. Call before the job's run opens; release at its end.
+
+    Raises:
+        ClaimHeld: another live process holds it.
+    """
+    path = Path(checkpoint_dir) / config_hash_ / CLAIM_FILE
+    for _ in range(50):  # each retry: the holder released (and removed) the file as we opened it
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:  # its folder was removed by a holder's release meanwhile
+            continue
+        except OSError:  # read-only, full, or no such disk: no claim, the job runs as before
+            return Claim(path, None)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ClaimHeld(path, _holder(path)) from None
+        except OSError:  # a file system without locks
+            os.close(fd)
+            return Claim(path, None)
+        try:
+            current = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if not current:  # we locked a file its holder had just removed: try the one there now
+            os.close(fd)
+            continue
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({**_owner(), "since": time.time()}).encode(), 0)
+        except OSError:  # a full disk: the lock holds without the note
+            pass
+        return Claim(path, fd)
+    return Claim(path, None)
+
+
+def _owner() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+def _holder(path: Path, wait_s: float = 1.0) -> dict:
+    """What the holder of claim file ``path`` wrote ({} where it wrote nothing within ``wait_s``:
+    it locks the file before it writes)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            found = json.loads(path.read_text() or "null")
+        except (OSError, ValueError):
+            found = None
+        if isinstance(found, dict) or time.monotonic() >= deadline:
+            return found if isinstance(found, dict) else {}
+        time.sleep(0.05)
+
+
+def running_run(client: MlflowClient, experiment_id: str, config_hash_: str, holder: dict | None = None):
+    """The RUNNING run of config ``config_hash_`` owned by another process, or None: with
+    ``holder`` (a :class:`ClaimHeld`'s), the run of that pid on that host; without, the newest one
+    whose ``sweeps.host`` is another host (this host's own are covered by :func:`claim`, and its
+    dead ones closed by :func:`sweeps.tracking.replay.mark_stale`)."""
+    runs = client.search_runs([experiment_id], f"tags.`{HASH_TAG}` = '{config_hash_}' and attributes.status = 'RUNNING'",
+                              order_by=["attributes.start_time DESC"], max_results=50)
+    host = socket.gethostname()
+    for run in runs:
+        tags = run.data.tags
+        if holder:
+            if tags.get(PID_TAG) == str(holder.get("pid")) and tags.get(HOST_TAG) == holder.get("host"):
+                return run
+        elif tags.get(HOST_TAG) not in (None, host):
+            return run
+    return None

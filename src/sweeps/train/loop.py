@@ -270,13 +270,23 @@ def summarize(records: list[dict], regression: bool) -> dict[str, float]:
     """Job-level metrics from the per-epoch records: first, median (epochs 2 on: the first carries
     warm-up — cuDNN autotuning, allocator growth, worker start — so a 1-epoch job has none) and
     total time, the spread of epochs 2+ (:func:`sweeps.train.noise.spread`), other processes' mean
-    CPU share over them (``system/host/other_cpu_mean_pct``), peak memory and the last evaluation's score."""
+    CPU share over them (``system/host/other_cpu_mean_pct``), peak memory and the last evaluation's score.
+
+    ``perf/median_samples_per_s`` (samples/s): the training examples an epoch passes over (the
+    records' ``samples``, their median over epochs 2+) ÷ ``time/median_epoch_s``; for a 1-epoch
+    job, its one epoch's examples ÷ its time. The job's throughput, one figure: the per-epoch
+    series ``perf/samples_per_s`` is each epoch's own, and its latest value the last epoch's."""
     if not records:
         return {}
     times = [r[names.EPOCH_S] for r in records]
     last = records[-1]
     out = {names.FIRST_EPOCH_S: times[0], names.TOTAL_S: last[names.ELAPSED_S],
            names.PEAK_MB: max(r[names.EPOCH_PEAK_MB] for r in records)}
+    steady = records[1:] or records  # epochs 2 on; a 1-epoch job has only its first
+    samples = [r["samples"] for r in steady if "samples" in r]
+    epoch_s = statistics.median(r[names.EPOCH_S] for r in steady)
+    if samples and epoch_s > 0:
+        out[names.MEDIAN_SAMPLES_PER_S] = statistics.median(samples) / epoch_s
     if len(times) > 1:
         out[names.MEDIAN_EPOCH_S] = statistics.median(times[1:])
         out.update(spread(times[1:]))

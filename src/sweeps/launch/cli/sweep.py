@@ -18,7 +18,7 @@ from sweeps import names
 from sweeps.console import wrap
 from sweeps.errors import UsageError, describe, signal_exception
 from sweeps.launch import launchers
-from sweeps.launch.cli.sweep_check import check_sweep, planned_jobs
+from sweeps.launch.cli.sweep_check import check_sweep, job_overrides, planned_jobs
 from sweeps.launch.job import progress
 from sweeps.launch.job.summary import print_summary
 from sweeps.launch.process import outcome, parent_run, signals
@@ -43,12 +43,14 @@ def swept_keys(config: DictConfig) -> list[str]:
 def record_verdict(client: MlflowClient, parent_run_id: str, experiment_id: str, children: list) -> None:
     """Set the report's verdict on the parent run (tags ``sweeps.verdict``, ``sweeps.verdict.<group>``:
     :mod:`sweeps.report.verdict`), so the MLflow UI's run table shows it without a report, and print
-    it under the summary. Never raises: the sweep's result stands without it, and
-    ``python -m sweeps.report`` writes it again."""
+    it under the summary. ``children``: the sweep's jobs, as MLflow runs or as
+    :class:`~sweeps.report.runs.JobRecord` (with the sweep's price put on the runs it reused:
+    :meth:`~sweeps.report.runs.SweepRun.job`). Never raises: the sweep's result stands without it,
+    and ``python -m sweeps.report`` writes it again."""
     try:
         from sweeps.report import runs, verdict, verdict_text
 
-        jobs = [runs.job_from_run(r) for r in children]
+        jobs = [r if isinstance(r, runs.JobRecord) else runs.job_from_run(r) for r in children]
         findings = verdict.findings(jobs, runs.max_batches(client, experiment_id))
         verdict_text.log_to_parent(client, parent_run_id, findings)
         found = verdict_text.paragraphs(findings)
@@ -156,7 +158,7 @@ class SweepCallback(Callback):
             jobs = planned_jobs(config)  # counted from the overrides: the header comes before any job is composed
             where = store.resolve_uri(config.mlflow.tracking_uri, create=False)  # made once the values are checked
             print(progress.header(jobs, _preset(config), str(config.mlflow.experiment), where), flush=True)
-            progress.begin_sweep(jobs)
+            progress.begin_sweep(jobs, job_overrides(config) if jobs else ())  # each job's kind: the time left
             current().planned_jobs = check_sweep(config)  # every job's values, before the parent run opens and any job starts
             if not launchers.runs_jobs_in_this_process(config):  # a pool's, Slurm's: the store process would idle
                 store_processes.discard_spare()
@@ -226,13 +228,19 @@ class SweepCallback(Callback):
                 pass  # the store is gone: the next sweep marks the run stale
 
     def _close_parent(self, config: DictConfig, client: MlflowClient, parent: str) -> None:
-        experiment_id = client.get_run(parent).info.experiment_id
-        children = store.child_runs(client, experiment_id, parent)
-        text = print_summary(client, children, parent)
-        describe_sweep(client, parent, children, text, swept_keys(config))
-        record_verdict(client, parent, experiment_id, children)
-        # from MLflow, not this process's counters: with joblib/submitit the jobs ran elsewhere
-        outcome.note_sweep_errors(sum(r.data.tags.get(names.OUTCOME_TAG) == outcome.ERROR for r in children))
+        from sweeps.report import runs
+
+        parent_run_ = client.get_run(parent)  # read now: its jobs tagged the runs they reused on it
+        experiment_id = parent_run_.info.experiment_id
+        jobs = runs.sweep_runs(client, parent_run_)  # ran here, skipped as done, run by another process
+        every = [j.run for j in jobs]
+        text = print_summary(client, every, parent, {j.run.info.run_id: j.reused for j in jobs if j.reused})
+        describe_sweep(client, parent, every, text, swept_keys(config))
+        record_verdict(client, parent, experiment_id, [j.job() for j in jobs])
+        # from MLflow, not this process's counters: with joblib/submitit the jobs ran elsewhere;
+        # only the jobs it ran itself (a reused run is done, or another sweep's to count)
+        outcome.note_sweep_errors(sum(j.run.data.tags.get(names.OUTCOME_TAG) == outcome.ERROR for j in jobs
+                                      if not j.reused))
         tags = client.get_run(parent).data.tags
         skipped = max(outcome.count(outcome.SKIPPED), sum(k.startswith(names.SKIPPED_TAG_PREFIX) for k in tags))
         if skipped:

@@ -6,6 +6,7 @@ sweep before the job's run is opened. SIGINT/SIGTERM end the job ``killed`` and 
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 import traceback
@@ -152,6 +153,8 @@ class JobRun:
                 inputs.log_job_data(self.writer, cfg.dataset, self.identity.get(names.DATA_TAG, "unknown"),
                                     data.spec.in_shape, len(data.train) if self.task.needs_train_data else None,
                                     len(data.test), self.task.regression)
+                if not self.task.regression:  # the verdict tells a run stuck at chance accuracy by it
+                    self.writer.log_params({names.CLASSES_PARAM: str(data.spec.num_outputs)})
         elif isinstance(cfg.batch, int):
             self.writer.log_metrics({names.BATCH_SIZE: cfg.batch})
 
@@ -204,7 +207,8 @@ class JobRun:
 
 def run(cfg: DictConfig) -> str:
     """Run the job ``cfg`` describes; returns its outcome (see :data:`sweeps.names.OUTCOMES`), or
-    ``skipped`` when an earlier run of the same config is done.
+    ``skipped`` when an earlier run of the same config is done, or another live process is
+    running it (:func:`sweeps.tracking.resume.claim`, :func:`~sweeps.tracking.resume.running_run`).
 
     Raises:
         UsageError: bad input (config value, data path) — the caller stops the sweep.
@@ -219,7 +223,8 @@ def run(cfg: DictConfig) -> str:
         raise UsageError("hydra.job.chdir=true runs each job in its own folder, so ./mlruns and ./checkpoints would "
                          "scatter per job: leave it false (paths are resolved from where sweeps starts)")
     name, choices, multirun = _hydra_context()
-    log.info(progress.job_line(name, HydraConfig.get().job.num + 1 if multirun else None))
+    log.info(progress.job_line(name, HydraConfig.get().job.num + 1 if multirun else None,
+                               list(HydraConfig.get().overrides.task) if multirun else ()))
     task = create(cfg)
     client, experiment_id = store_processes.prepare(cfg, hold=signals.held)  # a new store is created whole
     signals.stop_if_received()  # a signal held while the store was created: raised now
@@ -228,18 +233,84 @@ def run(cfg: DictConfig) -> str:
     task.other_settings = tuple(settings_of_other_tasks(cfg.task))  # neither params nor identity
     ident = identity.of_job(cfg, task.other_settings)  # config, data, hardware, the user's code
     chash = ident.config_hash
-    previous = identity.previous_run(client, experiment_id, ident, name) if cfg.resume else None
-    if previous is not None and previous.data.tags.get(names.OUTCOME_TAG) in names.DONE:
-        log.info("  already done in run %s (outcome %s): skipped; resume=false runs it again",
-                 previous.info.run_id, previous.data.tags.get(names.OUTCOME_TAG))
-        oc.note(names.SKIPPED)
+    try:  # one process per config: of two that start it at once, one runs it (held for the job's life)
+        held = resume.claim(cfg.checkpoint.dir, chash)
+    except resume.ClaimHeld as e:
+        previous = identity.previous_run(client, experiment_id, ident, name) if cfg.resume else None
+        if previous is not None and previous.data.tags.get(names.OUTCOME_TAG) in names.DONE:
+            return _skip(cfg, client, chash, previous, multirun, clear=False)  # its holder only skips it too
+        return _elsewhere(cfg, client, experiment_id, name, chash, multirun, holder=e.holder)
+    with held:  # released on every way out (the kernel drops it at a kill -9)
+        previous = identity.previous_run(client, experiment_id, ident, name) if cfg.resume else None
+        if previous is not None and previous.data.tags.get(names.OUTCOME_TAG) in names.DONE:
+            return _skip(cfg, client, chash, previous, multirun)
+        other = resume.running_run(client, experiment_id, chash) if cfg.resume else None  # another host's
+        if other is not None:
+            return _elsewhere(cfg, client, experiment_id, name, chash, multirun, run=other)
+        return _run_job(cfg, task, client, experiment_id, name, choices, multirun, chash, previous, started_at,
+                        ident.tags)
+
+
+def _reused_tags(cfg: DictConfig, chash: str) -> dict[str, str]:
+    """The parent run's ``sweeps.reused_job.<hash>`` tag of a job this sweep reuses instead of
+    running it: its place in the sweep and, where the sweep gave ``cost.per_hour``, its price."""
+    price = {f"cost.{k}": v for k, v in store.flatten(cfg.cost).items()} if cfg.cost.per_hour is not None else {}
+    return {f"{names.REUSED_JOB_TAG_PREFIX}{chash}": json.dumps({"job": HydraConfig.get().job.num, "params": price})}
+
+
+def _tag_parent(client, tags: dict[str, str]) -> None:
+    parent = parent_run.get("parent_run_id")
+    for key, value in tags.items():
+        client.set_tag(parent, key, value)
+
+
+def _skip(cfg: DictConfig, client, chash: str, previous, multirun: bool, clear: bool = True) -> str:
+    """A job done already in run ``previous``: one line, its leftover folders removed (``clear``:
+    this process holds the config's claim), and in a sweep the parent run tagged with that run
+    (the sweep reports it). Returns ``skipped``."""
+    log.info("  already done in run %s (outcome %s): skipped; resume=false runs it again",
+             previous.info.run_id, previous.data.tags.get(names.OUTCOME_TAG))
+    oc.note(names.SKIPPED)
+    if clear:
         try:  # killed after its run was closed, before its folder was removed (chaos seed 2915, fault 196)
             resume.clear_finished(cfg.checkpoint.dir, chash, client, keep=None)
         except Exception as e:  # noqa: BLE001 (a leftover folder costs disk, not a result)
             log.warning("  its folders under %s not cleared (%s)", cfg.checkpoint.dir, describe(e))
-        if multirun and parent_run.get("parent_run_id"):  # counted by the sweep from MLflow (jobs may run elsewhere)
-            client.set_tag(parent_run.get("parent_run_id"), f"{names.SKIPPED_TAG_PREFIX}{chash}", previous.info.run_id)
-        return names.SKIPPED
+    if multirun and parent_run.get("parent_run_id"):  # counted by the sweep from MLflow (jobs may run elsewhere)
+        _tag_parent(client, {f"{names.SKIPPED_TAG_PREFIX}{chash}": previous.info.run_id, **_reused_tags(cfg, chash)})
+    return names.SKIPPED
+
+
+def _elsewhere(cfg: DictConfig, client, experiment_id: str, name: str, chash: str, multirun: bool,
+               holder: dict | None = None, run=None, wait_s: float = 5.0) -> str:
+    """A job another live process is running (it holds the config's claim, ``holder``, or its
+    RUNNING ``run`` is another host's): one line naming that run, host and process, and in a sweep
+    the parent run tagged with it, so its result joins this sweep's report once it ends. The
+    holder's run is waited for up to ``wait_s`` (it may not have opened it yet). Returns ``skipped``."""
+    deadline = time.monotonic() + wait_s
+    while run is None and holder:
+        run = resume.running_run(client, experiment_id, chash, holder)
+        if run is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    tags = run.data.tags if run is not None else {}
+    host = (holder or {}).get("host") or tags.get(names.HOST_TAG, "?")
+    pid = (holder or {}).get("pid") or tags.get(names.PID_TAG, "?")
+    since = (holder or {}).get("since") or (run.info.start_time / 1000 if run is not None else None)
+    where = f"in run {run.info.run_id[:8]}… " if run is not None else "(its run not open yet) "
+    when = f" since {time.strftime('%H:%M', time.localtime(since))}" if since else ""
+    log.info("job %s: running %son host %s (pid %s)%s: not run again here; its result joins this sweep's report",
+             name, where, host, pid, when)
+    if multirun and parent_run.get("parent_run_id"):
+        _tag_parent(client, {f"{names.RUNNING_ELSEWHERE_TAG_PREFIX}{chash}": run.info.run_id if run is not None else "",
+                             **_reused_tags(cfg, chash)})
+    return names.SKIPPED
+
+
+def _run_job(cfg: DictConfig, task: Task, client, experiment_id: str, name: str, choices: dict[str, str],
+             multirun: bool, chash: str, previous, started_at: float, identity_tags: dict[str, str]) -> str:
+    """Run the job in its own MLflow run (``previous``: a killed run of it to resume, or None);
+    returns its outcome."""
     missing = None
     try:
         task.prepare()
@@ -250,7 +321,7 @@ def run(cfg: DictConfig) -> str:
     # hydra/launcher=gpu_pool: a GPU (or CPU share) of its own, held before the run opens (its
     # logged device.index is the GPU it runs on); the wait for it is not the job's overhead
     job = JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous,
-                 started_at, ident.tags)
+                 started_at, identity_tags)
     try:
         with (gpu_pool.claim(cfg.device, launchers.current().pool_slots()),
               cpu_threads(cfg.device.threads) as threads,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sweeps import names
 from sweeps.console import summary_table
+from sweeps.report.runs import EARLIER
 from sweeps.report.timing_noise import unreliable
 from sweeps.tracking import naming
 from sweeps.tracking.entities import classes
@@ -46,11 +47,38 @@ def describe_run(client: MlflowClient, run_id: str, outcome: str, error: str) ->
     client.set_tag(run_id, names.MLFLOW_RUN_NOTE, naming.job_note(outcome, error, summary_table([row])))
 
 
-def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = None) -> str:
-    """Print the summary of ``runs``; log it to the parent run when there is one."""
-    table = summary_table([summary_row(r) for r in runs])
+def reused_mark(run: Any, how: str) -> str:
+    """What the job cell of a job the sweep did not run itself adds: ``(earlier run 3f2a1b0c…)``
+    (``how`` ``earlier``: skipped as done there) or ``(run 3f2a1b0c… of pid 123 on h)``
+    (``elsewhere``: another process ran it, or still runs it: its outcome says which)."""
+    tags, short = run.data.tags, f"{run.info.run_id[:8]}…"
+    if how == EARLIER:
+        return f"(earlier run {short})"
+    return f"(run {short} of pid {tags.get(names.PID_TAG, '?')} on {tags.get(names.HOST_TAG, '?')})"
+
+
+def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = None,
+                  reused: dict[str, str] | None = None) -> str:
+    """Print the summary of ``runs``; log it to the parent run when there is one. ``reused``:
+    ``{run id: how}`` of the runs the sweep reused instead of running them (``earlier``,
+    ``elsewhere``: :func:`sweeps.report.runs.sweep_runs`): their job cell names the run
+    (:func:`reused_mark`) and the count line says how many."""
+    reused = reused or {}
+    rows = []
+    for r in runs:
+        row = summary_row(r)
+        if r.info.run_id in reused:
+            row["job"] = f"{row['job']} {reused_mark(r, reused[r.info.run_id])}"
+        rows.append(row)
+    table = summary_table(rows)
     counts = Counter(r.data.tags.get(names.OUTCOME_TAG, "?") for r in runs)
     text = f"{table}\n{len(runs)} job(s): " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    earlier = sum(how == EARLIER for how in reused.values())
+    elsewhere = len(reused) - earlier
+    notes = ([f"{earlier} from earlier runs"] if earlier else []) + ([f"{elsewhere} run by another process"]
+                                                                       if elsewhere else [])
+    if notes:
+        text += f" ({', '.join(notes)}: not run again here)"
     print(f"\n{text}", flush=True)
     if parent_run_id:
         client.log_text(parent_run_id, text + "\n", "summary.txt")
