@@ -46,7 +46,7 @@ def test_a_margin_inside_the_repeats_spread_is_a_tie_and_one_beyond_it_a_pick():
                   [_speed(64, t, r) for r, t in enumerate((0.9, 1.2, 1.1))]
     (f,) = verdict.findings(overlapping)
     assert f.best_batch is None and f.throughput_batch is None
-    assert f.throughput_tie == "64 and 32 (7,273 vs 6,957 samples/s; their runs' ranges overlap)"
+    assert f.throughput_tie == "64 and 32 (7,273 vs 6,957 samples/s; 3 runs each, their ranges overlap)"
     assert "highest throughput: a tie between batch 64 and 32" in verdict_text.sentence(f)
     apart = [_speed(32, t, r) for r, t in enumerate((1.0, 1.05, 1.1))] + \
             [_speed(64, t, r) for r, t in enumerate((0.8, 0.85, 0.9))]

@@ -100,6 +100,11 @@ def _next(lrs: list[float], up: bool) -> str:
     return f"{edge * ratio:.2g} and {edge * ratio ** 2:.2g}"
 
 
+def listed(items: list[str]) -> str:
+    """``a and b``, ``a, b and c``."""
+    return " and ".join(items) if len(items) < 3 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def grid_notes(jobs: list[JobRecord], choices: dict[float, Choice]) -> list[str]:
     """What an lr grid cannot tell, one phrase each: lrs tied at a batch, a best lr at an edge of
     the lrs tried (with the next two to try), lrs that diverged (outcome ``diverged``) and lrs
@@ -108,8 +113,8 @@ def grid_notes(jobs: list[JobRecord], choices: dict[float, Choice]) -> list[str]
     grid = tried(jobs)
     if not any(len(lrs) > 1 for lrs in grid.values()):
         return []
-    notes = [f"batch {b:.0f}: lr {' and '.join(f'{lr:.3g}' for lr in c.tied)} tie ({_median(c.jobs, names.TARGET_STEPS):.0f} "
-             "steps to target each)" for b, c in choices.items() if c.tied]
+    notes = [f"batch {b:.0f}: lr {listed([f'{lr:.3g}' for lr in c.tied])} tie "
+             f"({_median(c.jobs, names.TARGET_STEPS):.0f} steps to target each)" for b, c in choices.items() if c.tied]
     for b, c in choices.items():
         lrs = grid.get(b, [])
         if c.reached and len(lrs) >= 2 and c.lr in (lrs[0], lrs[-1]) and not c.tied:

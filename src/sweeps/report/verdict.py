@@ -51,7 +51,7 @@ class Finding:
     target_batch: float | None  # fastest to target (None: no pick)
     throughput_batch: float | None  # highest samples/s (None: no pick)
     runs: int  # runs behind the headline figure (0: none)
-    target_tie: str  # batches that tie to target: "128 and 256 (3.1 vs 3.2 s; their runs' ranges overlap)", else ""
+    target_tie: str  # batches that tie to target: "128 and 256 (3.1 vs 3.2 s; 3 runs each, their ranges overlap)", else ""
     throughput_tie: str  # batches that tie on samples/s, likewise
     quality: str  # without a target: each batch's final score, "16: acc 0.969, 256: acc 0.887"
     quality_warning: str  # the highest-throughput batch trained to a worse quality beyond noise
@@ -273,9 +273,11 @@ def _tie(pick: Pick, figures: dict[float, Figure], fmt: str, unit: str) -> str:
     """``"128 and 64 (7,273 vs 6,667 samples/s; within 10% on one run each)"`` for a pick that tied, else ""."""
     if len(pick.tied) < 2:
         return ""
-    batches = " and ".join(f"{b:.0f}" for b in pick.tied)
+    batches = best_lr.listed([f"{b:.0f}" for b in pick.tied])
     values = " vs ".join(fmt.format(figures[b].median) for b in pick.tied)
-    why = "within 10% on one run each" if pick.single else "their runs' ranges overlap"
+    ns = {figures[b].n for b in pick.tied}
+    why = ("within 10% on one run each" if pick.single else
+           f"{ns.pop()} runs each, their ranges overlap" if len(ns) == 1 else "their runs' ranges overlap")
     return f"{batches} ({values} {unit}; {why})"
 
 
