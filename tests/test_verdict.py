@@ -56,7 +56,8 @@ def test_the_best_lr_per_batch_is_the_one_with_fewest_steps_to_target():
         "3 runs); best lr per batch 32: 0.1, 64: 0.3, 128: none reached the target; batch 64: lr 0.1 and 0.3 tie "
         "(125 steps to target each); no throughput knee (the doubling to the largest batch still gains 67% "
         "samples/s); largest batch that fits 128 (all tried fit). Note: one run per configuration: the run-to-run "
-        "spread is unknown, so the picks are provisional; repeat=0,1,2 gives each 3 runs, enough to test a margin.")
+        "spread of time to target is unknown, so its pick is provisional; repeat=0,1,2 gives each 3 runs, enough "
+        "to test a margin.")
 
 
 def test_figures_draw_each_batch_at_its_best_lr(tmp_path):

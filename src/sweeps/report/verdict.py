@@ -245,12 +245,17 @@ def _missed(jobs: list[JobRecord], all_ok: dict[float, list[JobRecord]]) -> str:
     return text
 
 
-def _spread_note(picks: list[Pick]) -> str:
-    """What the runs behind ``picks`` leave unknown, and how many repeats would settle it."""
-    if any(p.single for p in picks):
-        return ("one run per configuration: the run-to-run spread is unknown, so the picks are provisional; "
-                "repeat=0,1,2 gives each 3 runs, enough to test a margin")
-    if any(p.weak for p in picks):
+def _spread_note(picks: dict[str, Pick]) -> str:
+    """What the runs behind ``picks`` (``{"time to target": pick, "samples/s": pick}``) leave
+    unknown, and how many repeats would settle it."""
+    picks = {what: p for what, p in picks.items() if p.tied}  # the answers the sweep had figures for
+    single = [what for what, p in picks.items() if p.single]
+    if single:
+        of = "" if len(single) == len(picks) else f" of {single[0]}"
+        return (f"one run per configuration: the run-to-run spread{of} is unknown, so "
+                f"{'the picks are' if not of else 'its pick is'} provisional; repeat=0,1,2 gives each 3 runs, "
+                "enough to test a margin")
+    if any(p.weak for p in picks.values()):
         return "the picks rest on 2 runs per configuration (weak evidence); repeat=0,1,2 settles them"
     return ""
 
@@ -307,7 +312,8 @@ def finding(group: str, device: str, jobs: list[JobRecord], fits: dict[tuple, in
                      "hold them (e.g. device.threads=N) or sweep them")
     else:
         target_pick, speed_pick = rank(to_target, lower=True), rank(speed, lower=False)
-    notes += [n for n in (_spread_note([target_pick, speed_pick]) if len(choices) > 1 else "",) if n]
+    spread = _spread_note({"time to target": target_pick, "samples/s": speed_pick}) if len(choices) > 1 else ""
+    notes += [spread] if spread else []
     if (same := _same_evaluation(reached)) and not differs:
         notes.append(same)
     if noisy := [why for j in ok if (why := noise([j]))]:
