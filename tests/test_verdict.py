@@ -56,7 +56,7 @@ def test_the_best_lr_per_batch_is_the_one_with_fewest_steps_to_target():
         "3 runs); best lr per batch 32: 0.1, 64: 0.3, 128: none reached the target; batch 64: lr 0.1 and 0.3 tie "
         "(125 steps to target each); no throughput knee (the doubling to the largest batch still gains 67% "
         "samples/s); largest batch that fits 128 (all tried fit). Note: one run per configuration: the run-to-run "
-        "spread of time to target is unknown, so its pick is provisional; repeat=0,1,2 gives each 3 runs, enough "
+        "spread of time to target is unknown, so that answer is provisional; repeat=0,1,2 gives each 3 runs, enough "
         "to test a margin.")
 
 
@@ -203,7 +203,7 @@ def test_without_a_price_there_is_no_money(tmp_path):
     assert verdict_line == ("**mlp on mnist10k** — cpu: highest throughput: a tie between batch 128 and 64 "
                             "(7,273 vs 6,667 samples/s; within 10% on one run each); throughput knee at batch 64 (each doubling "
                             "past it gains < 10% samples/s); largest batch that fits 128 (all tried fit). Note: one run "
-                            "per configuration: the run-to-run spread is unknown, so the picks are provisional; "
+                            "per configuration: the run-to-run spread is unknown, so the answers are provisional; "
                             "repeat=0,1,2 gives each 3 runs, enough to test a margin.")
 
 

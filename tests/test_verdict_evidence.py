@@ -62,7 +62,7 @@ def test_one_run_per_configuration_says_the_spread_is_unknown_and_how_to_settle_
     assert f.throughput_batch == 64
     text = verdict_text.sentence(f)
     assert "highest throughput: batch 64 (16,000 samples/s, 1 run)" in text
-    assert ("one run per configuration: the run-to-run spread is unknown, so the picks are provisional; "
+    assert ("one run per configuration: the run-to-run spread is unknown, so the answers are provisional; "
             "repeat=0,1,2 gives each 3 runs, enough to test a margin") in text
 
 

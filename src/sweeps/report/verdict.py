@@ -253,7 +253,7 @@ def _spread_note(picks: dict[str, Pick]) -> str:
     if single:
         of = "" if len(single) == len(picks) else f" of {single[0]}"
         return (f"one run per configuration: the run-to-run spread{of} is unknown, so "
-                f"{'the picks are' if not of else 'its pick is'} provisional; repeat=0,1,2 gives each 3 runs, "
+                f"{'the answers are' if not of else 'that answer is'} provisional; repeat=0,1,2 gives each 3 runs, "
                 "enough to test a margin")
     if any(p.weak for p in picks.values()):
         return "the picks rest on 2 runs per configuration (weak evidence); repeat=0,1,2 settles them"
