@@ -260,13 +260,13 @@ def _spread_note(picks: dict[str, Pick]) -> str:
     return ""
 
 
-def _same_evaluation(reached: dict[float, best_lr.Choice]) -> str:
-    """A warning when every batch reached the target at the same evaluation: steps to target then
-    measure how often the runs evaluate, not the batch size."""
+def _same_evaluation(reached: dict[float, best_lr.Choice], batches: int) -> str:
+    """A warning when every one of the ``batches`` batch sizes reached the target at the same
+    evaluation: steps to target then measure how often the runs evaluate, not the batch size."""
     epochs = {b: _med([j.metrics[names.TARGET_EPOCHS] for j in c.jobs if names.TARGET_EPOCHS in j.metrics])
               for b, c in reached.items()}
     values = set(epochs.values())
-    if len(reached) < 2 or len(values) != 1 or None in values:
+    if len(reached) < 2 or len(reached) < batches or len(values) != 1 or None in values:
         return ""
     (epoch,) = values
     return (f"every batch reached the target at the same evaluation (epoch {epoch:.0f}): steps to target measure "
@@ -314,7 +314,7 @@ def finding(group: str, device: str, jobs: list[JobRecord], fits: dict[tuple, in
         target_pick, speed_pick = rank(to_target, lower=True), rank(speed, lower=False)
     spread = _spread_note({"time to target": target_pick, "samples/s": speed_pick}) if len(choices) > 1 else ""
     notes += [spread] if spread else []
-    if (same := _same_evaluation(reached)) and not differs:
+    if (same := _same_evaluation(reached, len(choices))) and not differs:
         notes.append(same)
     if noisy := [why for j in ok if (why := noise([j]))]:
         notes.append(f"{len(noisy)} of {len(ok)} runs timed noisily (e.g. {noisy[0]})")
