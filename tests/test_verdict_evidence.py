@@ -121,7 +121,7 @@ def test_every_batch_reaching_the_target_at_the_same_evaluation_is_warned():
     (f,) = verdict.findings(jobs)
     assert "every batch reached the target at the same evaluation (epoch 2)" in f.note
     assert "python -m sweeps.report --target VALUE" in f.note
-    (f,) = verdict.findings([*jobs, _job(256, 0.1, None)])  # a batch that never reached it: not "every batch"
+    (f,) = verdict.findings([*jobs, _job(256, 0.1, None, epoch_s=0.5)])  # a batch that never reached it: not "every batch"
     assert "same evaluation" not in f.note
 
 
