@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--config-dir", metavar="DIR", help="your --config-dir, where --experiment names a preset of yours")
     ap.add_argument("--run-id", help="the sweep's parent run id")
     ap.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///./mlruns/mlflow.db")
-    ap.add_argument("--out", type=Path, help="output folder (default: reports/<sweep run id>, "
+    ap.add_argument("--out", type=Path, help="output folder (default: reports/<first 12 characters of the sweep run id>, "
                                              "reports/compare-<UTC time> with --compare)")
     again = ap.add_argument_group("asking the logged runs another question (nothing is trained again)")
     again.add_argument("--target", type=float, metavar="VALUE",
