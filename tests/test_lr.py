@@ -53,9 +53,9 @@ def test_lr_in_the_users_optimizer_is_the_lr_at_every_batch(tmp_path):
 
 
 @pytest.mark.parametrize("yaml, overrides, says", [
-    (RMS_LR + "base_lr: 0.1\n", ["optimizer=mine"], ["optimizer=rmsprop", "both lr: 0.05 and base_lr: 0.1"]),
+    (RMS_LR + "base_lr: 0.1\n", ["optimizer=mine"], ["optimizer=mine", "both lr: 0.05 and base_lr: 0.1"]),
     (None, ["optimizer.lr=0.05", "optimizer.base_lr=0.2"], ["optimizer=sgd", "both lr: 0.05 and base_lr: 0.2"]),
-    ("_target_: torch.optim.RMSprop\n_partial_: true\n", ["optimizer=mine"], ["optimizer=rmsprop", "no learning rate"]),
+    ("_target_: torch.optim.RMSprop\n_partial_: true\n", ["optimizer=mine"], ["optimizer=mine", "no learning rate"]),
     (None, ["optimizer.lr=-1"], ["optimizer.lr=-1", "positive"]),
 ], ids=["both-in-the-yaml", "both-on-the-command-line", "neither", "negative"])
 def test_an_ambiguous_or_missing_lr_is_one_line(tmp_path, yaml, overrides, says):

@@ -3,13 +3,22 @@ from it (the learning rate: :mod:`sweeps.config.lr`). Every failure is a :class:
 one line that names the key and says what would work."""
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import importlib.util
+import sys
 from pathlib import Path
+from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
 from sweeps import names
 from sweeps.config.lr import LR_KEYS
+from sweeps.config.options import OWN_KEYS
+from sweeps.config.targets import option_name
 from sweeps.errors import UsageError
+
+KEYS_HINT = "python -m sweeps --cfg job lists every key"
 
 
 def batch_size(cfg: DictConfig, train_len: int) -> int:
@@ -97,6 +106,146 @@ def validate(cfg: DictConfig) -> None:
         value = cfg.dataset[key]
         if value is not None and value <= 0:
             raise UsageError(f"dataset.{key}={value} is not valid: use a positive integer or null (all)")
+
+
+def check_importable(cfg: DictConfig, choices: dict[str, Any] | None = None) -> None:
+    """Every ``_target_`` of the job's parts (:data:`sweeps.names.TARGET_GROUPS`, nested ones
+    included) whose top-level module is nowhere on the path: the job would fail to import it.
+    Found without importing anything (:func:`importlib.util.find_spec` of the top-level name), so
+    the check costs no torch; a module that exists but lacks the name is the job's to say
+    (:func:`sweeps.config.targets.locate`), with the same line. ``choices``: the options Hydra
+    chose (``hydra.runtime.choices``), where no Hydra context names them.
+
+    Raises:
+        UsageError: ``<group>=<option>: _target_ X cannot be imported (No module named 'x'); ...``.
+    """
+    for group in names.TARGET_GROUPS:
+        node = cfg.get(group)
+        if not isinstance(node, DictConfig):
+            continue
+        for target in _targets(node):
+            top = target.split(".", 1)[0]
+            if not top or top in sys.modules:
+                continue
+            try:
+                found = importlib.util.find_spec(top) is not None
+            except (ImportError, ValueError):
+                found = False
+            if not found:
+                option = (choices or {}).get(group) or option_name(node, group)
+                raise UsageError(f"{group}={option}: _target_ {target} cannot be imported "
+                                 f"(No module named {top!r}); check the module is on the path (run from the "
+                                 "folder holding it) and the name")
+
+
+def _targets(node: Any) -> list[str]:
+    """The ``_target_`` strings in ``node`` and the nodes under it; a value that does not resolve
+    is left to the job."""
+    found: list[str] = []
+    if isinstance(node, DictConfig):
+        items = [(k, node._get_node(k)) for k in node.keys()]
+    elif isinstance(node, ListConfig):
+        items = [(None, node._get_node(i)) for i in range(len(node))]
+    else:
+        return found
+    for key, child in items:
+        if key == "_target_":
+            try:
+                value = node.get("_target_")
+            except Exception:  # noqa: BLE001 (an interpolation that does not resolve: the job says)
+                continue
+            if isinstance(value, str):
+                found.append(value)
+        elif isinstance(child, (DictConfig, ListConfig)):
+            found += _targets(child)
+    return found
+
+
+def config_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
+    """Every dotted key of ``cfg`` (``epochs``, ``dataset``, ``dataset.train_size``, ...), its
+    nodes' and their values', without resolving anything."""
+    keys: list[str] = []
+    for key in cfg.keys():
+        dotted = f"{prefix}{key}"
+        keys.append(dotted)
+        child = cfg._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            keys += config_keys(child, f"{dotted}.")
+    return keys
+
+
+def close_keys(cfg: DictConfig | None, key: str) -> list[str]:
+    """The keys of ``cfg`` nearest to ``key``, best first (:func:`nearest`): under a parent the
+    config has, its children (``dataset.train_sizes`` → ``dataset.train_size``); under one it
+    lacks, any dotted key (``datset.root`` → ``dataset.root``); failing those, a key whose last
+    part is near (``lr`` → ``optimizer.lr``). ``hydra.*`` keys only for a ``hydra.*`` key; never
+    ``key`` itself."""
+    if cfg is None:
+        return []
+    every = [k for k in config_keys(cfg) if k != key and (key.startswith("hydra.") or not
+                                                           (k == "hydra" or k.startswith("hydra.")))]
+    parent, _, last = key.rpartition(".")
+    if not parent or parent in every:
+        siblings = {k.rpartition(".")[2]: k for k in every if k.rpartition(".")[0] == parent}
+        near = [siblings[k] for k in nearest(last, list(siblings))]
+    else:
+        near = nearest(key, every)
+    if near:
+        return near
+    lasts: dict[str, list[str]] = {}
+    for k in every:
+        lasts.setdefault(k.rpartition(".")[2], []).append(k)
+    return [k for name in nearest(last, list(lasts))[:1] for k in lasts[name]][:3]
+
+
+def nearest(word: str, choices: list[str], cutoff: float = 0.6, margin: float = 0.1) -> list[str]:
+    """The ``choices`` like ``word`` (:class:`difflib.SequenceMatcher` ratio ≥ ``cutoff``, as
+    :func:`difflib.get_close_matches`), best first, only those within ``margin`` of the best: a
+    clear best match comes alone (``train_sizes`` → ``train_size``, not also ``test_size``)."""
+    scored = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in choices), reverse=True)
+    scored = [(r, c) for r, c in scored if r >= cutoff]
+    return [c for r, c in scored if r >= scored[0][0] - margin][:3] if scored else []
+
+
+def no_key_line(key: str, cfg: DictConfig | None, said: str = "", value: str | None = None) -> str:
+    """The one line for a key the config does not have (``epoch=3``): the nearest keys
+    (:func:`close_keys`) or, under a part that is a ``_target_`` (``model.depth=3``), how to pass
+    it to the target; ``said``: Hydra's own words for it (``Key 'epoch' not in 'Config'``)."""
+    near = close_keys(cfg, key)
+    notes = [n for n in (said.strip().rstrip("."), KEYS_HINT) if n]
+    group = key.split(".", 1)[0]
+    if not near and "." in key and group in names.TARGET_GROUPS and value is not None:
+        notes.insert(-1, f"+{key}={value} passes {key.split('.', 1)[1]} to {group}'s _target_ as an argument")
+    mean = f"; did you mean {' or '.join(near)}?" if near else ""
+    return f"no key {key}{mean} ({'; '.join(notes)})"
+
+
+def check_added_keys(cfg: DictConfig, overrides: list[str], groups: list[str] | tuple[str, ...] = ()) -> None:
+    """A ``+key=value`` that adds a key nothing reads where the config has a key nearly like it
+    (``+epoch=3`` beside ``epochs``; ``+dataset.train_sizes=8`` beside the dataset's own
+    ``train_size``): the value would be ignored, the job run as if it were not given. A key under
+    a ``_target_`` part is its target's argument (``+model.depth=3``) unless it nearly matches
+    one of sweeps' own keys of that part; ``groups``: the config groups chosen (``+experiment=NAME``).
+
+    Raises:
+        UsageError: ``no key epoch, so nothing reads +epoch=3; did you mean epochs? (...)``.
+    """
+    for override in overrides:
+        raw, _, value = str(override).partition("=")
+        if not raw.startswith("+") or raw.startswith("++"):
+            continue  # ++key may set a key the config has: Hydra's force-add
+        key = raw[1:]
+        group, _, rest = key.partition(".")
+        if not key or "/" in key or "@" in key or key in groups or group == "hydra":
+            continue
+        if group in names.TARGET_GROUPS:
+            own = [f.name for f in dataclasses.fields(OWN_KEYS[group])] if group in OWN_KEYS else []
+            near = [f"{group}.{k}" for k in nearest(rest, own) if k != rest] if rest else []
+        else:
+            near = close_keys(cfg, key)
+        if near:
+            raise UsageError(f"no key {key}, so nothing reads {override}; did you mean {' or '.join(near)}? "
+                             f"({KEYS_HINT})")
 
 
 def _validate_target(target: DictConfig) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from sweeps.config.lr import settle
+from sweeps.config.lr import LR_KEYS, NOTE_KEY, settle
 from sweeps.config.options import OPTION_SCHEMAS, OWN_KEYS
 from sweeps.errors import UsageError, brief
 from sweeps.names import TARGET_GROUPS
@@ -29,17 +29,20 @@ HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 
 def complete(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
     """Fill the own keys each group's node lacks (:data:`OWN_KEYS`'s defaults), check their
-    types, name the option (``<group>.name``: the option Hydra chose, else the target's last
-    component, lowercased), and leave one of ``optimizer.lr`` / ``base_lr`` set
-    (:func:`sweeps.config.lr.settle`; ``overrides``: the job's command-line overrides, by default
-    Hydra's for the running job). Idempotent; changes ``cfg`` in place and returns it.
+    types, name the option (``<group>.name``: the option ``overrides`` choose, else the one Hydra
+    chose, else the target's last component, lowercased), and leave one of ``optimizer.lr`` /
+    ``base_lr`` set (:func:`sweeps.config.lr.settle`, told what the optimizer option's own YAML
+    sets where both are set; ``overrides``: the job's command-line overrides, by default Hydra's
+    for the running job). Idempotent; changes ``cfg`` in place and returns it.
 
     Raises:
         UsageError: a group node that is not an option (a preset's ``device: cpu``), a group
             node without ``_target_`` (where one is required), an own key of the wrong type, or
             both or neither of ``optimizer.lr`` / ``base_lr`` — one line naming the key.
     """
-    choices = _choices()
+    overrides = _overrides() if overrides is None else list(overrides)
+    typed = chosen_on_command_line(overrides)
+    choices = {**_choices(), **typed}
     preset = f"experiment/{choices['experiment']}" if "experiment" in choices else "a preset"
     for group in (*OPTION_SCHEMAS, *TARGET_GROUPS):  # each an option's node, not a plain value
         if not isinstance(cfg.get(group), DictConfig):
@@ -62,8 +65,64 @@ def complete(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
             for key, value in checked.items():
                 if key not in node or node[key] != value:
                     node[key] = value
-    settle(cfg.optimizer, option_name(cfg.optimizer, "optimizer"), _overrides() if overrides is None else overrides)
+    optimizer, option = cfg.optimizer, option_name(cfg.optimizer, "optimizer")
+    written, file = None, ""
+    if all(optimizer.get(k) is not None for k in LR_KEYS) and choices.get("optimizer"):
+        written, file = option_file("optimizer", choices["optimizer"])
+    settle(optimizer, option, overrides, written=written, file=file, chosen="optimizer" in typed,
+           preset=preset if "experiment" in choices else "")
     return cfg
+
+
+def chosen_on_command_line(overrides: list[str]) -> dict[str, str]:
+    """{group: option} that ``overrides`` choose (``optimizer=mysgd``, ``+experiment=diabetes``):
+    keys without a dot whose value is one plain name (a sweep's list is its jobs' business)."""
+    chosen = {}
+    for override in overrides:
+        key, sep, value = str(override).partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key.startswith("~") or not value or any(c in value for c in ",[]{}()= "):
+            continue
+        key = key.lstrip("+")
+        if key and "." not in key and "@" not in key and "/" not in key and not key.startswith("hydra"):
+            chosen[key] = value
+    return chosen
+
+
+def option_file(group: str, option: str) -> tuple[DictConfig | None, str]:
+    """The body of ``<group>/<option>.yaml`` as the running command's search path finds it
+    (Hydra's config loader where one is initialized, else the job's ``hydra.runtime.config_sources``),
+    and where it is (``/home/me/conf/optimizer/mysgd.yaml``); ``(None, "")`` where there is no
+    Hydra context or no such file."""
+    try:
+        repository = _repository()
+        found = repository.load_config(f"{group}/{option}") if repository is not None else None
+    except Exception:  # noqa: BLE001 (a file Hydra cannot read: the composition has said so already)
+        return None, ""
+    if found is None:
+        return None, ""
+    where = str(found.path).split("://", 1)[-1]
+    return found.config, f"{where}/{group}/{option}.yaml" if where else f"{group}/{option}.yaml"
+
+
+def _repository():
+    """Hydra's config repository of the running command, or None outside Hydra."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+
+    if GlobalHydra.instance().is_initialized():
+        return getattr(GlobalHydra.instance().config_loader(), "repository", None)
+    if not HydraConfig.initialized():
+        return None
+    from hydra._internal.config_repository import ConfigRepository
+    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # registers Hydra's config sources (file://, pkg://, structured://)
+    path = ConfigSearchPathImpl()
+    for source in HydraConfig.get().runtime.config_sources:
+        path.append(str(source.provider), f"{source.schema}://{source.path}")
+    return ConfigRepository(path)
 
 
 def group_as_key(group: str, value: Any, where: str = "a preset") -> str:
@@ -102,7 +161,7 @@ def arguments(node: DictConfig, group: str) -> dict[str, Any]:
     """The target's own arguments in ``node``: every key but sweeps' own and Hydra's, as plain
     Python values (lists, dicts), resolved."""
     own = set(dataclasses.asdict(OWN_KEYS[group]())) if group in OWN_KEYS else set()
-    own |= RESERVED.get(group, set())
+    own |= RESERVED.get(group, set()) | NOTES.get(group, set())
     plain = OmegaConf.to_container(node, resolve=True)
     return {k: v for k, v in plain.items() if k not in own and k not in HYDRA_KEYS}
 
@@ -111,6 +170,9 @@ def arguments(node: DictConfig, group: str) -> dict[str, Any]:
 # may set them too (root, num_classes, regression), and then its value is passed.
 RESERVED = {"dataset": {"root", "seed", "num_classes", "regression", "train_size", "test_size"},
             "schedule": {"epochs"}}
+# Keys sweeps writes into a node to explain it (the lr that applies, :data:`sweeps.config.lr.NOTE_KEY`):
+# never passed to its target.
+NOTES = {"optimizer": {NOTE_KEY}}
 
 
 def locate(node: DictConfig, group: str) -> Callable:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
 import warnings
 from typing import Any, ClassVar
 
@@ -67,14 +68,16 @@ def settings_of_other_tasks(task: str) -> set[str]:
 def check_parts(cfg: DictConfig, spec: DataSpec, train) -> None:
     """Bad input in the parts a job is built from, found before its run opens (so no run is left
     logged for it): the model's ``_target_`` imports and its signature takes the arguments it will
-    get; the optimizer, schedule and loss are built once on a one-element dummy parameter (cheap,
-    and a wrong value such as ``optimizer.betas=abc`` fails here, not after the run opened);
+    get, and its output on a batch of 2 fits the dataset's targets (:func:`check_model_output`);
+    the optimizer, schedule and loss are built once on a one-element dummy parameter (cheap, and
+    a wrong value such as ``optimizer.betas=abc`` fails here, not after the run opened);
     ``dataset.loader=device`` gets tensors it can hold.
 
     Raises:
         UsageError: one line naming the option, the target and the cause.
     """
     check_target(cfg.model, "model", in_shape=spec.in_shape, num_outputs=spec.num_outputs)
+    check_model_output(cfg, spec, train)
     dummy = [torch.zeros(1, requires_grad=True)]
     for group, make in (("optimizer", lambda: make_optimizer(cfg.optimizer, dummy, 1.0, torch.device("cpu"))),
                         ("schedule", lambda: _step_through(make_schedule(cfg.schedule, torch.optim.SGD(dummy, lr=1.0),
@@ -91,6 +94,72 @@ def check_parts(cfg: DictConfig, spec: DataSpec, train) -> None:
     if cfg.dataset.loader == "device" and not can_reside(train):
         raise UsageError(f"dataset.loader=device needs tensors in memory (a TensorDataset, CIFAR-10, MNIST), not "
                          f"{type(train).__name__}: use dataset.loader=auto or dataloader")
+
+
+def check_model_output(cfg: DictConfig, spec: DataSpec, train) -> None:
+    """The model's output on a batch of 2 examples fits the targets the loss compares it with:
+    regression ``[2, num_outputs]``-many values per example as the targets hold (``[2, 1]`` for
+    ``[2, 1]`` or ``[2]`` targets), classification ``[2, classes]`` for ``[2]`` integer labels
+    (a user's own loss: any ``[2, …]``). The model is built on the ``meta`` device (shapes only,
+    no memory, no arithmetic), else — a model that reads a tensor's value while it builds or runs
+    — on the CPU from zeros; torch's random state is left as it was. A model that cannot be built
+    or run here this way is left to the job, which records what it raises.
+
+    Raises:
+        UsageError: the output does not fit — one line naming the model option and both shapes.
+    """
+    try:
+        n = min(2, len(train))
+    except TypeError:  # a dataset without a length: its examples are the job's to read
+        return
+    out = _output_shape(cfg, spec, train, n)
+    if out is None:
+        return
+    try:
+        target = tuple(torch.as_tensor(train[0][1]).shape)
+    except Exception:  # noqa: BLE001 (the dataset's own check has said what an example must be)
+        return
+    targets = [n, *target]
+    regression = spec.task == "regression"
+    if regression:
+        fits = len(out) >= 1 and out[0] == n and math.prod(out) == math.prod(targets)
+        wanted = f"[{n}, {max(1, math.prod(target))}]"
+        kind = "regression"
+    elif cfg.loss.get("_target_"):  # the user's loss decides what it compares: a batch's worth of outputs
+        fits, wanted, kind = len(out) >= 1 and out[0] == n, f"[{n}, …]", "classification"
+    else:
+        fits = out == (n, spec.num_outputs)
+        wanted, kind = f"[{n}, {spec.num_outputs}]", f"classification, {spec.num_outputs} classes"
+    if fits:
+        return
+    option = option_name(cfg.model, "model")
+    raise UsageError(f"model={option} outputs {list(out)} per batch of {n}, the dataset's targets are {targets} "
+                     f"({kind}): output (N, num_outputs), here {wanted}, using the num_outputs={spec.num_outputs} "
+                     "the model is given")
+
+
+def _output_shape(cfg: DictConfig, spec: DataSpec, train, n: int) -> tuple[int, ...] | None:
+    """The shape of the model's output for ``n`` examples of ``train``'s input shape and type,
+    built and run on meta tensors, else on CPU zeros; None where it cannot be found that way
+    (the model raises, returns no tensor, or takes inputs of another kind)."""
+    from sweeps.config.targets import call_target
+
+    try:
+        x = torch.as_tensor(train[0][0])
+    except Exception:  # noqa: BLE001 (as above)
+        return None
+    dtype = torch.long if not x.is_floating_point() and x.dtype not in (torch.uint8, torch.bool) else torch.float32
+    for device in ("meta", "cpu"):
+        try:
+            with torch.random.fork_rng(devices=[]), torch.device(device), torch.no_grad():
+                model = call_target(cfg.model, "model", in_shape=spec.in_shape, num_outputs=spec.num_outputs)
+                out = model(torch.zeros(n, *spec.in_shape, dtype=dtype))
+        except UsageError:
+            raise
+        except Exception:  # noqa: BLE001 (meta: a value read; cpu: the model's own error, the job's to record)
+            continue
+        return tuple(out.shape) if isinstance(out, torch.Tensor) else None
+    return None
 
 
 def _on_dummy_batch(loss, spec: DataSpec) -> None:

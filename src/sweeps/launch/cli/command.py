@@ -17,10 +17,11 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig
 
 from sweeps import config, names, state
+from sweeps.config.checks import check_added_keys, check_importable
 from sweeps.errors import UsageError
 from sweeps.launch.cli import sweep
 from sweeps.launch.cli.compose_once import composed_once
-from sweeps.launch.cli.sweep_check import one_line
+from sweeps.launch.cli.sweep_check import one_line, unknown_key_line
 from sweeps.launch.process import outcome, signals
 from sweeps.tracking import http_policy, store, store_processes
 
@@ -34,6 +35,7 @@ def main(cfg: DictConfig) -> str:
     parent run (:mod:`sweeps.launch.slurm.launcher`): the launcher says (:mod:`sweeps.launch.launchers`)."""
     try:
         config.validate(config.complete(cfg))  # before torch is imported: a bad value answers at once
+        _check_names(cfg)  # before the store process opens the store: nothing is created for bad input
         # the store process started by cli() opens the store on the other core while torch imports here
         store_processes.start(store.tracking_uri(cfg), str(cfg.mlflow.experiment))
         with signals.held():  # see _import_job
@@ -48,6 +50,82 @@ def main(cfg: DictConfig) -> str:
             print(f"sweeps: error: {e}", file=sys.stderr, flush=True)
             raise
         sweep.stop(e)
+
+
+def _check_names(cfg: DictConfig) -> None:
+    """The job's ``_target_`` modules exist (:func:`sweeps.config.checks.check_importable`) and
+    its ``+key=value`` overrides add no near-miss of a key (:func:`~sweeps.config.checks.check_added_keys`).
+
+    Raises:
+        UsageError: one line naming the option or key and what would work.
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    check_importable(cfg)
+    if HydraConfig.initialized():
+        hydra_cfg = HydraConfig.get()
+        check_added_keys(cfg, list(hydra_cfg.overrides.task), list(hydra_cfg.runtime.choices))
+
+
+class _SaidBySweeps(logging.Filter):
+    """Drops Hydra's own lines for a ``_target_`` that does not import (``hydra.utils.get_object``
+    logs "Error getting object at ..." over three lines, then raises): sweeps says it in one
+    line (:func:`sweeps.config.targets.locate`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Error getting object at ")
+
+
+logging.getLogger("hydra.utils").addFilter(_SaidBySweeps())
+
+
+def composition_line(exc: BaseException, argv: list[str]) -> str:
+    """The one line a composition error of the command ``argv`` prints after ``sweeps: error:``:
+    for a key the config lacks, the nearest keys (:func:`sweeps.launch.cli.sweep_check.unknown_key_line`,
+    read from the config composed again without that key, :func:`_compose`); else Hydra's message
+    in one line (:func:`sweeps.launch.cli.sweep_check.one_line`)."""
+    config_dir, config_name, overrides = _command_line(argv)
+    line = unknown_key_line(exc, overrides, lambda rest: _compose(config_dir, config_name, rest))
+    return line or one_line(exc)
+
+
+def _command_line(argv: list[str]) -> tuple[str | None, str | None, list[str]]:
+    """``(--config-dir, --config-name, the overrides)`` of a ``python -m sweeps`` command line
+    (``-cd``/``-cn`` and the ``--flag=value`` forms too; other flags dropped)."""
+    config_dir = config_name = None
+    overrides: list[str] = []
+    items = iter(argv)
+    for item in items:
+        flag, eq, value = item.partition("=")
+        if flag in ("--config-dir", "-cd", "--config-name", "-cn"):
+            value = value if eq else next(items, "")
+            if flag in ("--config-dir", "-cd"):
+                config_dir = value
+            else:
+                config_name = value
+        elif not item.startswith("-"):
+            overrides.append(item)
+    return config_dir, config_name, overrides
+
+
+def _compose(config_dir: str | None, config_name: str | None, overrides: list[str]) -> DictConfig:
+    """The command's config composed afresh with Hydra's compose API: ``overrides`` with each
+    sweep (``batch=16,64``) at its first value, ``config_dir`` (the user's ``--config-dir``) on
+    the search path."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    single = []
+    for text, parsed in zip(overrides, OverridesParser.create().parse_overrides(overrides)):
+        if parsed.is_sweep_override():
+            text = f"{parsed.get_key_element()}={next(iter(parsed.sweep_string_iterator()))}"
+        single.append(text)
+    if config_dir is not None:
+        single.append(f"hydra.searchpath=[file://{os.path.abspath(config_dir)}]")
+    GlobalHydra.instance().clear()  # the failed command's Hydra is done with
+    with initialize_config_dir(version_base="1.3", config_dir=str(config.CONF_DIR)):
+        return compose(config_name or "config", overrides=single)
 
 
 def _import_job():
@@ -134,7 +212,8 @@ def cli(early: list[int] | None = None, process_exits: bool = False) -> None:
             _interrupted(signals.name(signals.received()[0]))
         if full_error:
             raise
-        sweep.stop(UsageError(one_line(e)))  # one line, exit 2; a multirun's parent run (no job yet) removed
+        # one line, exit 2; a multirun's parent run (no job yet) removed
+        sweep.stop(UsageError(composition_line(e, sys.argv[1:])))
     except SystemExit as e:  # Hydra's own argument errors exit 1 (or 2 from argparse)
         if e.code == 1 and not state.current().last_job:  # before any job ran: bad input, the documented 2
             sys.exit(2)

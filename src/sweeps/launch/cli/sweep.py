@@ -155,11 +155,12 @@ class SweepCallback(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            jobs = planned_jobs(config)  # counted from the overrides: the header comes before any job is composed
+            jobs = planned_jobs(config)  # counted from the overrides alone
+            checked = check_sweep(config)  # every job's values first: bad input is the one line, no header before it
             where = store.resolve_uri(config.mlflow.tracking_uri, create=False)  # made once the values are checked
             print(progress.header(jobs, _preset(config), str(config.mlflow.experiment), where), flush=True)
             progress.begin_sweep(jobs, job_overrides(config) if jobs else ())  # each job's kind: the time left
-            current().planned_jobs = check_sweep(config)  # every job's values, before the parent run opens and any job starts
+            current().planned_jobs = checked  # before the parent run opens and any job starts
             if not launchers.runs_jobs_in_this_process(config):  # a pool's, Slurm's: the store process would idle
                 store_processes.discard_spare()
             else:  # the parent run through the store process its jobs use: this process imports no mlflow

@@ -2,18 +2,23 @@
 its values checked (``sweeps.config.complete`` and ``validate``), so ``-m batch=128,abc`` stops
 with one line before ``batch=128`` runs — not after it, with a half-done sweep behind it.
 
-What only a job can check (its data's files, its parts' constructors) is still found by the job
-itself, before its run opens."""
+A dataset whose files must already be there (:data:`DATA_FOLDERS`: ``dataset=imagefolder``'s
+``<root>/train`` and ``<root>/val``) has them looked for too (:func:`check_data_root`, no torch),
+unless ``dataset.if_missing=skip``. What only a job can check (the files' contents, its parts'
+constructors) is still found by the job itself, before its run opens."""
 from __future__ import annotations
 
 import logging
 import re
 import time
+from pathlib import Path
+from typing import Callable
 
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from sweeps.config import complete, validate
+from sweeps.config.checks import check_added_keys, check_importable, no_key_line
 from sweeps.config.options import OPTION_SCHEMAS
 from sweeps.config.targets import group_as_key
 from sweeps.launch.cli import interleave
@@ -24,6 +29,10 @@ log = logging.getLogger("sweeps")
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # hydra/sweeper=basic: named, not imported
 LISTED_SWEEPERS = (interleave.SWEEPER, BASIC_SWEEPER)  # the sweepers whose jobs :func:`job_overrides` lists
 REUSE_MAX = 1024  # jobs whose composed config is kept for Hydra's later compositions (~100 KB each)
+REMOTE_LAUNCHERS = ("slurm", "submitit")  # launchers whose jobs run on other machines (words of their _target_)
+# dataset _target_ → the folders under its dataset.root that must exist (never downloaded), and the layout
+DATA_FOLDERS = {"sweeps.data.builtin.imagefolder": (("train", "val"), "ImageFolder layout is "
+                                                    "<root>/train/<class>/<image> and <root>/val/<class>/<image>")}
 
 
 def job_overrides(config: DictConfig) -> list[list[str]]:
@@ -53,7 +62,8 @@ def check_sweep(config: DictConfig) -> int:
 
     Raises:
         UsageError: the first job whose config is bad — one line naming the job's overrides and
-            what is wrong (``sweeps.config.validate``'s or Hydra's message).
+            what is wrong (``sweeps.config.validate``'s or Hydra's message, or a data root that
+            lacks its folders: :func:`check_data_root`, for jobs this machine runs).
     """
     if str(config.hydra.sweeper.get("_target_")) not in LISTED_SWEEPERS:
         return 0
@@ -64,6 +74,7 @@ def check_sweep(config: DictConfig) -> int:
     jobs = job_overrides(config)
     composer = JobComposer(loader, config, jobs)
     composed: dict[tuple[str, ...], DictConfig] = {}
+    local = not any(word in str(config.hydra.launcher.get("_target_", "")).lower() for word in REMOTE_LAUNCHERS)
     for overrides in jobs:
         try:
             cfg = composer.compose(list(overrides))
@@ -71,14 +82,44 @@ def check_sweep(config: DictConfig) -> int:
                 composed[tuple(overrides)] = cfg
             own = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])  # a job's own config, as the job sees it
             validate(complete(own, list(overrides)))
+            check_importable(own, dict(cfg.hydra.runtime.choices))
+            check_added_keys(own, list(overrides), list(cfg.hydra.runtime.choices))
+            if local:  # jobs on other machines (Slurm) read their own disks: the job checks there
+                check_data_root(own.dataset)
         except HydraException as e:
-            raise UsageError(f"job {' '.join(overrides)}: {one_line(e)}") from None
+            line = unknown_key_line(e, list(overrides), lambda rest: loader.load_sweep_config(config, rest))
+            raise UsageError(f"job {' '.join(overrides)}: {line or one_line(e)}") from None
         except UsageError as e:
             raise UsageError(f"job {' '.join(overrides)}: {e}") from None
     log.debug("checked the configs of %d jobs in %.2f s (%d derived from a shared composition)", len(jobs),
               time.perf_counter() - started, composer.derived)
     _reuse(loader, config, composed)
     return len(jobs)
+
+
+def check_data_root(dataset: DictConfig) -> None:
+    """The folders a dataset option of :data:`DATA_FOLDERS` reads under its ``root`` exist
+    (relative to where sweeps starts, ``~`` expanded); nothing for other datasets, a ``root`` not
+    given yet (``???``: the composition says so), or ``if_missing=skip`` (the job is then logged
+    ``unavailable``).
+
+    Raises:
+        UsageError: one line naming ``dataset.root``, the folders it lacks and the layout wanted.
+    """
+    wanted = DATA_FOLDERS.get(str(dataset.get("_target_")))
+    if wanted is None or dataset.get("if_missing") == "skip" or OmegaConf.is_missing(dataset, "root"):
+        return
+    folders, layout = wanted
+    root = dataset.get("root")
+    if root is None:
+        raise UsageError(f"dataset={dataset.get('name')} needs dataset.root=DIR; {layout}")
+    base = Path(str(root)).expanduser()
+    lacking = [f"{name}/" for name in folders if not (base / name).is_dir()]
+    if lacking:
+        what = "does not exist" if not base.exists() else f"has no {' and no '.join(lacking)} folder" + \
+            ("s" if len(lacking) > 1 else "")
+        raise UsageError(f"dataset.root={root} ({base.resolve()}) {what}; {layout} (dataset.if_missing=skip logs "
+                         "such jobs unavailable instead)")
 
 
 def _reuse(loader, master: DictConfig, composed: dict[tuple[str, ...], DictConfig]) -> None:
@@ -107,6 +148,40 @@ def _reuse(loader, master: DictConfig, composed: dict[tuple[str, ...], DictConfi
         return compose(master_config, sweep_overrides)
 
     loader.load_sweep_config = load_sweep_config
+
+
+_NO_KEY = (re.compile(r"Could not override '([^']+)'\.\s*To append to your config use \+"),
+           re.compile(r"Could not delete from config\. '([^']+)' does not exist"))
+
+
+def override_key(override: str) -> str:
+    """The key an override names: ``+epoch=3`` → ``epoch``, ``~seed`` → ``seed``."""
+    return str(override).partition("=")[0].lstrip("+~")
+
+
+def unknown_key_line(exc: BaseException, overrides: list[str],
+                     compose: Callable[[list[str]], DictConfig]) -> str | None:
+    """The one line for Hydra's error about a key the config lacks (``epoch=3``, ``~epoch``):
+    ``no key epoch; did you mean epochs? (...)`` (:func:`sweeps.config.checks.no_key_line`), the
+    nearest keys read from ``compose(overrides without that key)`` — never Hydra's advice to
+    append it with ``+``, which runs with the value ignored. None for any other error (or where
+    the key is not one of ``overrides``')."""
+    text = str(exc)
+    found = next((m for m in (p.search(text) for p in _NO_KEY) if m), None)
+    if found is None:
+        return None
+    key = found.group(1)
+    given = [o for o in overrides if override_key(o) == key]
+    if not given:
+        return None
+    cause = exc.__cause__
+    said = (str(cause).splitlines() or [""])[0] if cause is not None else f"'{key}' does not exist"
+    try:
+        cfg = compose([o for o in overrides if override_key(o) != key])
+    except Exception:  # noqa: BLE001 (another error too: the line names no near key)
+        cfg = None
+    value = str(given[0]).partition("=")[2] or None
+    return no_key_line(key, cfg, said, value)
 
 
 def one_line(exc: BaseException) -> str:
