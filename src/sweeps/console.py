@@ -1,6 +1,7 @@
 """What a user reads on the console: its log lines (:class:`ConsoleFormatter`), the per-epoch
 table of a job (in the manner of Chainer's LogReport/PrintReport) and the one-screen table that
-closes a sweep. Lines stay within :data:`WIDTH` columns but for the final tables' own cells."""
+closes a sweep. Lines stay within :data:`WIDTH` columns (a word longer than a line, a path, stays
+whole)."""
 from __future__ import annotations
 
 import csv
@@ -92,22 +93,36 @@ class EpochTable:
         return buf.getvalue()
 
 
-SUMMARY_COLUMNS = ("job", "outcome", "first epoch s", "median epoch s (2+)", "total", "overhead", "final", "note")
+SUMMARY_COLUMNS = ("job", "outcome", "first epoch s", "median s", "total", "overhead", "final")
 
 
 def summary_table(rows: Sequence[dict]) -> str:
-    """Fixed-width table, one line per job, then its footnotes.
+    """Fixed-width table, one line per job, then its footnotes; every line within :data:`WIDTH`.
 
-    Each row: ``job`` (its overrides), ``outcome``, ``first_s``, ``median_s``, ``total_s`` (s or
-    None), ``job_s`` (the job's wall time, s), ``overhead_s`` and ``overhead_frac`` (the job's wall
-    time outside training, evaluation and compilation), ``final`` (text such as ``acc 0.9123`` or
-    ``rmse 54.1``), ``note`` (why the figure is unreliable, if it is) and ``error`` (why a job did
-    not end ok). Jobs that did not finish show their outcome in capitals (``OOM``) in place of the
-    times and a numbered footnote with their whole reason, wrapped at :data:`WIDTH` columns. The
-    overhead's share of the job is shown from :data:`OVERHEAD_SHARE_FROM_S` of wall time on: in a
-    shorter job a job's fixed cost is most of its time, which says nothing of the training.
+    Each row: ``job`` (its overrides), ``outcome``, ``first_s``, ``median_s`` (the median epoch
+    from epoch 2 on), ``total_s`` (s or None), ``job_s`` (the job's wall time, s), ``overhead_s``
+    and ``overhead_frac`` (the job's wall time outside training, evaluation and compilation),
+    ``final`` (text such as ``acc 0.9123`` or ``rmse 54.1``), ``note`` (why the timing is
+    unreliable, if it is) and ``error`` (why a job did not end ok). Jobs that did not finish show
+    their outcome in capitals (``OOM``) in place of the times and ``see [1]``: footnote ``[1]``,
+    under the table, has the whole reason; a noisy timing shows ``[a]`` after its median: footnote
+    ``[a]`` says ``timed noisily: <note>`` (one footnote for the rows that give the same reason or
+    note), each wrapped at :data:`WIDTH` columns. The overhead's share of the job is shown from
+    :data:`OVERHEAD_SHARE_FROM_S` of wall time on: in a shorter job a job's fixed cost is most of
+    its time, which says nothing of the training. Where a job's name is too long for the line, it
+    has a line of its own (wrapped between overrides) and its figures follow on the next, under
+    the others' figures.
     """
-    lines, notes, short = [], [], False
+    lines, short = [], False
+    errors: list[str] = []  # footnotes [1], [2], ...: why a job did not end ok
+    notes: list[str] = []  # footnotes [a], [b], ...: why a job's timing is noisy
+
+    def mark(text: str, kind: list[str]) -> str:
+        if text not in kind:
+            kind.append(text)
+        i = kind.index(text)
+        return f"[{i + 1}]" if kind is errors else f"[{_letters(i)}]"
+
     for r in rows:
         if r["outcome"] == "ok":
             overhead = "-"
@@ -116,23 +131,38 @@ def summary_table(rows: Sequence[dict]) -> str:
                 short |= not long_enough
                 overhead = f"{r['overhead_s']:.1f} s" + (f" ({100 * (r.get('overhead_frac') or 0):.0f}%)"
                                                         if long_enough else " *")
-            cells = [r["job"], r["outcome"], _num(r.get("first_s")), _num(r.get("median_s")),
-                     hms(r.get("total_s")), overhead, r.get("final", "-"), r.get("note", "")]
+            median = _num(r.get("median_s")) + (f" {mark(r['note'], notes)}" if r.get("note") else "")
+            cells = [r["job"], r["outcome"], _num(r.get("first_s")), median, hms(r.get("total_s")), overhead,
+                     r.get("final", "-")]
         else:
             error = r.get("error", "")
-            if error and error not in notes:
-                notes.append(error)
-            mark = f"see [{notes.index(error) + 1}]" if error else ""
-            cells = [r["job"], r["outcome"], r["outcome"].upper(), "", "", "", mark, ""]
-        lines.append(cells)
-    widths = [max(len(str(c)) for c in col) for col in zip(SUMMARY_COLUMNS, *lines)]
-    fmt = lambda cells: "  ".join(f"{c!s:<{w}}" for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+            cells = [r["job"], r["outcome"], r["outcome"].upper(), "", "", "",
+                     f"see {mark(error, errors)}" if error else ""]
+        lines.append([str(c) for c in cells])
+    widths = [max(len(c) for c in col) for col in zip(SUMMARY_COLUMNS, *lines)]
+    room = WIDTH - sum(widths[1:]) - 2 * (len(widths) - 1)  # what the job column may take
+    if widths[0] > room:  # as wide as the names that keep their line
+        widths[0] = max([len(SUMMARY_COLUMNS[0])] + [len(cells[0]) for cells in lines if len(cells[0]) <= room])
+    fmt = lambda cells: "  ".join(f"{c:<{w}}" for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    body = []
+    for cells in lines:
+        if len(cells[0]) > widths[0]:  # a name too long to share its line: on its own, the figures under it
+            body += [wrap(cells[0], indent="  "), fmt(["", *cells[1:]])]
+        else:
+            body.append(fmt(cells))
     rule = "  ".join("-" * w for w in widths)
-    foot = [wrap(f"[{i}] {text}", indent=" " * (len(str(i)) + 3)) for i, text in enumerate(notes, 1)]
+    foot = [wrap(f"[{i}] {text}", indent=" " * (len(str(i)) + 3)) for i, text in enumerate(errors, 1)]
+    foot += [wrap(f"[{_letters(i)}] timed noisily: {text}", indent=" " * (len(_letters(i)) + 3))
+             for i, text in enumerate(notes)]
     if short:
         foot.append(wrap(f"* overhead of a job under {OVERHEAD_SHARE_FROM_S:.0f} s: mostly its fixed start and "
                          "end (store, data, model), not a share of training worth reading"))
-    return "\n".join([fmt(SUMMARY_COLUMNS), rule, *map(fmt, lines), *foot])
+    return "\n".join([fmt(SUMMARY_COLUMNS), rule, *body, *foot])
+
+
+def _letters(i: int) -> str:
+    """Footnote letters: 0 → ``a``, 25 → ``z``, 26 → ``aa``."""
+    return (_letters(i // 26 - 1) if i >= 26 else "") + "abcdefghijklmnopqrstuvwxyz"[i % 26]
 
 
 def _num(v: float | None) -> str:

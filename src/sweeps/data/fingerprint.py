@@ -8,7 +8,7 @@ root itself is not part of it: the same files moved to another folder give the s
 (a resumed job finds its run), while a folder with other files, or the same names with other
 sizes, never does. Data generated from the config (a target marked ``generated = True``:
 synthetic, diabetes) is named by its generator: the config already covers it. A user's target
-with neither is ``config-only``: the job warns that changed data will not be noticed.
+with neither is ``config-only``: the sweep warns once that changed data will not be noticed.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from sweeps.config.targets import locate, option_name
+from sweeps.state import said_once
 
 log = logging.getLogger("sweeps")
 CONFIG_ONLY = "config-only"  # no files named and not generated: identity from the config alone
@@ -28,7 +29,7 @@ CONFIG_ONLY = "config-only"  # no files named and not generated: identity from t
 def data_fingerprint(cfg: DictConfig) -> str:
     """16 hex digits naming the data ``cfg`` (the ``dataset`` node) reads; ``generated:<name>``
     for data made from the config, ``missing`` when the folder is not there, ``config-only``
-    (with a warning) when the option names no files.
+    when the option names no files (with a warning, once per sweep for each such option).
 
     Raises:
         UsageError: the option's ``_target_`` does not import.
@@ -37,9 +38,10 @@ def data_fingerprint(cfg: DictConfig) -> str:
     if getattr(target, "generated", False):
         return f"generated:{cfg.get('name') or target.__name__}"
     if cfg.get("root") is None:
-        log.warning("dataset=%s names no files (no root): its runs are identified by the config alone, so changed "
-                    "data will not be noticed on resume; set root: <folder> in the option to fingerprint it",
-                    option_name(cfg, "dataset"))
+        option = option_name(cfg, "dataset")  # the option's trait, not a job's: said once per sweep
+        log.log(logging.WARNING if said_once(("names no files", option)) else logging.DEBUG,
+                "dataset=%s names no files (no root): its runs are identified by the config alone, so changed "
+                "data will not be noticed on resume; set root: <folder> in the option to fingerprint it", option)
         return CONFIG_ONLY
     root = Path(str(cfg.root)).expanduser()
     entries = []

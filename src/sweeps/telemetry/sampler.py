@@ -63,14 +63,18 @@ class Telemetry:
 
     ``interval_s`` ≤ 0 turns it off: every method is then a no-op. ``nvml`` is the NVML module
     (default: nvidia-ml-py's ``pynvml``); ``clock`` the monotonic clock in seconds.
+    ``gpu_off_reason``: why no GPU is sampled, where ``gpus`` is empty; ``gpu_off_detail``: more
+    of it that the ``telemetry`` tag keeps and the console leaves out (no NVML here, for a job
+    that uses no GPU anyway).
     Lifecycle: :meth:`start`, per epoch :meth:`epoch_start` / :meth:`epoch_end`, :meth:`stop`,
     then :meth:`summary`, :meth:`tags`, :meth:`csv`.
     """
 
     def __init__(self, interval_s: float, gpus: Sequence[int | str] = (), *, nvml: Any = None,
-                 clock: Callable[[], float] = time.monotonic, gpu_off_reason: str = "no GPU in use"):
+                 clock: Callable[[], float] = time.monotonic, gpu_off_reason: str = "no GPU in use",
+                 gpu_off_detail: str = ""):
         self.interval_s, self.enabled = float(interval_s), interval_s > 0
-        self.gpu_ids, self.gpu_reason = list(gpus), gpu_off_reason
+        self.gpu_ids, self.gpu_reason, self.gpu_detail = list(gpus), gpu_off_reason, gpu_off_detail
         self._nvml, self._clock = nvml, clock
         self.handles: list = []
         self.names: list[str] = []
@@ -108,7 +112,7 @@ class Telemetry:
             self._thread.start()
         except Exception as e:  # telemetry never fails a job
             self.enabled, self.gpu_reason = False, f"failed to start ({describe(e)})"
-        what = self.tags()["telemetry"]  # the same for every job of a sweep on one machine: said once
+        what = self._what(detail=False)  # the same for every job of a sweep on one machine: said once
         log.log(logging.INFO if said_once(("telemetry", what)) else logging.DEBUG, "telemetry: %s", what)
         return self
 
@@ -238,7 +242,7 @@ class Telemetry:
         self.sample(mark)
         took = self._clock() - t
         self._edge_costs.append(took)
-        if self.edge_gap_s() > EDGE_GAP_S:
+        if self.handles and self.edge_gap_s() > EDGE_GAP_S:  # on the host alone no energy is read at edges
             self._note("edge gap", f"telemetry: an epoch-edge sample takes {1e3 * took:.1f} ms here: epoch edges "
                        f"at most every {self.edge_gap_s():.2f} s; epochs shorter than that have no energy figure")
 
@@ -289,19 +293,27 @@ class Telemetry:
         """``telemetry`` (what was sampled, or why not), ``telemetry.energy_method`` (``counter``,
         ``power_integration``, both joined by ``+``, or ``none``) and ``telemetry.throttle_reasons``
         (the clock-event reasons seen, see :data:`sweeps.telemetry.stats.REASONS`)."""
-        if not self.enabled:
-            why = self.gpu_reason if self._started else "telemetry.interval_s=0"
-            return {"telemetry": f"off ({why})"}
-        every = f"every {self.interval_s:g} s"
-        if not self.handles:
-            return {"telemetry": f"host only (psutil, {every}); GPU off: {self.gpu_reason}"}
-        text = f"GPU and host (NVML + psutil, {every}): {', '.join(self.names)}"
-        if self.dropped:
-            text += "; not supported: " + ", ".join(f"gpu{k} {f}" for k, f in sorted(self.dropped))
-        tags = {"telemetry": text, "telemetry.energy_method": "+".join(sorted(self._methods)) or "none"}
+        tags = {"telemetry": self._what(detail=True)}
+        if not self.enabled or not self.handles:
+            return tags
+        tags["telemetry.energy_method"] = "+".join(sorted(self._methods)) or "none"
         if any((k, "throttle_reasons") not in self.dropped for k in range(len(self.handles))):
             tags["telemetry.throttle_reasons"] = reasons_seen(self.rows, self.columns) or "none"
         return tags
+
+    def _what(self, detail: bool) -> str:
+        """What is sampled, or why not: the ``telemetry`` tag (``detail``), the console's line (without
+        :attr:`gpu_detail`)."""
+        if not self.enabled:
+            return f"off ({self.gpu_reason if self._started else 'telemetry.interval_s=0'})"
+        every = f"every {self.interval_s:g} s"
+        if not self.handles:
+            more = f"; {self.gpu_detail}" if detail and self.gpu_detail else ""
+            return f"host only (psutil, {every}); GPU off: {self.gpu_reason}{more}"
+        text = f"GPU and host (NVML + psutil, {every}): {', '.join(self.names)}"
+        if self.dropped:
+            text += "; not supported: " + ", ".join(f"gpu{k} {f}" for k, f in sorted(self.dropped))
+        return text
 
     def csv(self) -> str:
         """The samples, one row each (fields a GPU does not support left out)."""
@@ -311,10 +323,11 @@ class Telemetry:
 def for_job(interval_s: float, device: Any) -> Telemetry:
     """A started sampler for a job on ``device`` (a torch.device, or the sequence of devices and
     UUIDs a data-parallel job uses: power, energy and memory then add up over them): its GPUs
-    on CUDA, host only elsewhere."""
+    on CUDA, host only elsewhere. A job that uses no GPU says so in one line, once per sweep
+    (``telemetry: host only (…); GPU off: the job runs on cpu``); why NVML cannot be used here,
+    if it cannot, goes to its ``telemetry`` tag only."""
     ids = gpu_ids(device)
     first = device[0] if isinstance(device, (list, tuple)) and device else device
     reason = "" if ids else f"the job runs on {getattr(first, 'type', 'cpu')}"
-    if not ids and interval_s > 0 and (problem := nvml_problem()):  # say why auto chose the CPU
-        reason += f"; {problem}"
-    return Telemetry(interval_s, ids, gpu_off_reason=reason).start()
+    problem = nvml_problem() if not ids and interval_s > 0 else ""  # on the tag: why auto may have chosen the CPU
+    return Telemetry(interval_s, ids, gpu_off_reason=reason, gpu_off_detail=problem).start()

@@ -9,6 +9,7 @@ swept ``key=value`` pairs stay in the ``sweeps.overrides`` tag. Descriptions are
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable
 
 from sweeps import names
@@ -26,13 +27,20 @@ def short_id(run_id: str) -> str:
     return run_id[:names.SWEEP_ID_CHARS]
 
 
+# a comma that starts another override (``,batch=64``), not one inside a value (``[16,32]``)
+_NEXT_OVERRIDE = re.compile(r",(?=[+~]*[A-Za-z_][\w.\-/@]*=)")
+
+
 def parse_overrides(text: str) -> list[tuple[str, str]]:
-    """``"model=mlp batch=64"`` → ``[("model", "mlp"), ("batch", "64")]`` (``+``/``~`` dropped)."""
+    """``"model=mlp batch=64"`` → ``[("model", "mlp"), ("batch", "64")]`` (``+``/``~`` dropped).
+    Hydra's comma-joined form (``hydra.job.override_dirname``: ``"+experiment=diabetes,batch=64"``)
+    reads the same; a comma inside a value (``model.hidden=[16,32]``) stays in it."""
     pairs = []
-    for item in text.split():
-        key, _, value = item.partition("=")
-        if value:
-            pairs.append((key.lstrip("+~"), value))
+    for word in text.split():
+        for item in _NEXT_OVERRIDE.split(word):
+            key, _, value = item.partition("=")
+            if value:
+                pairs.append((key.lstrip("+~"), value))
     return pairs
 
 

@@ -162,7 +162,8 @@ def threads_held_for_sweep(sweep: str, model: str, dataset: str, device: torch.d
             steps, line = "steps not counted", "the first job's steps were not counted"
         else:
             under = "under" if small else "not under"
-            mflop = f"{flops_per_step / 1e6:.3g} MFLOP"
+            mflop = (f"{flops_per_step / 1e6:.3g} MFLOP" if flops_per_step < 1e9  # 51 GFLOP, not 5.1e+04 MFLOP
+                     else f"{flops_per_step / 1e9:,.3g} GFLOP")
             steps, line = f"{mflop} steps, {under} {SMALL_STEP_FLOPS / 1e6:.0f}", \
                 f"the first job's steps are {mflop}, {under} {SMALL_STEP_FLOPS / 1e6:.0f}"
         shown = "1" if small else f"{count} (torch default)"

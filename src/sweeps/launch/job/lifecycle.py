@@ -42,15 +42,22 @@ log = logging.getLogger("sweeps")
 
 
 def _hydra_context() -> tuple[str, dict[str, str], bool]:
-    """(job name from its overrides, {group: chosen option}, whether this is a multirun)."""
+    """(job name from its overrides, {group: chosen option}, whether this is a multirun). The name
+    is what a sweep's job is named by: its ``key=value`` overrides as typed, joined by spaces
+    (:func:`sweeps.tracking.naming.parse_overrides` reads them back) — in a sweep the swept ones,
+    else (a single run) all but those ``hydra.job.config.override_dirname.exclude_keys`` leaves
+    out (paths, tracking settings); with none, the model and dataset chosen."""
     if not HydraConfig.initialized():
         return "job", {}, False
     hc = HydraConfig.get()
     choices = {k: str(v) for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
     multirun = hc.mode == RunMode.MULTIRUN
     swept = set(filter(None, (parent_run.get("swept_keys") or "").split(","))) if multirun else set()
-    name = " ".join(o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in swept)
-    name = name or hc.job.override_dirname or " ".join(f"{g}={choices[g]}" for g in ("model", "dataset") if g in choices)
+    key = lambda o: o.split("=", 1)[0].lstrip("+~")  # noqa: E731
+    name = " ".join(o for o in hc.overrides.task if key(o) in swept)
+    excluded = set(hc.job.config.override_dirname.exclude_keys or ())
+    name = name or " ".join(o for o in hc.overrides.task if key(o) not in excluded)
+    name = name or " ".join(f"{g}={choices[g]}" for g in ("model", "dataset") if g in choices)
     return name, choices, multirun
 
 

@@ -11,7 +11,7 @@ from typing import Iterable
 
 from sweeps.console import hms, wrap
 from sweeps.launch.process import parent_run
-from sweeps.state import current
+from sweeps.state import current, said_once
 
 
 def header(jobs: int, preset: str | None, experiment: str, uri: str) -> str:
@@ -42,10 +42,18 @@ def job_kind(overrides: Iterable[str]) -> str:
     return " ".join(sorted(kept))
 
 
+# what the seconds before the first job's line go to (the store process, torch's import): said once
+STARTING = "  starting: the store and torch load (a few seconds)"
+
+
 def begin_sweep(jobs: int, plan: Iterable[Iterable[str]] = ()) -> None:
     """Note the sweep's start and size (jobs launched elsewhere read the size from the environment)
     and, where the sweep's jobs are known in advance (``plan``: each job's overrides, in launch
-    order: sweeps' sweeper, Hydra's basic one), each one's kind (:func:`job_kind`) for the time left."""
+    order: sweeps' sweeper, Hydra's basic one), each one's kind (:func:`job_kind`) for the time left.
+    Prints :data:`STARTING` once per sweep: the header's next line, so the seconds before the
+    first job's line are not silent."""
+    if said_once("starting"):
+        print(STARTING, flush=True)
     current().job_times = []
     current().job_kinds = {"plan": [job_kind(o) for o in plan], "times": {}}
     parent_run.note(planned_jobs=str(jobs))
