@@ -106,3 +106,11 @@ def test_bad_input_imports_neither_torch_nor_mlflow(tmp_path, args):
 ])
 def test_close_keys(overrides, key, near):
     assert close_keys(compose(overrides), key) == near
+
+
+@pytest.mark.parametrize("args", [["dataset=imagefolder", "dataset.root=/no/such/dir", "device=cpu"],
+                                  ["-m", "dataset=imagefolder", "dataset.root=/no/such/dir", "device=cpu"]],
+                         ids=["single-run", "sweep"])
+def test_a_missing_imagefolder_root_is_one_line_before_anything_starts(tmp_path, args):
+    line = _the_one_line(args, tmp_path)  # no mlruns/: said before the store opened, not by the job's data loading
+    assert "dataset.root=/no/such/dir (/no/such/dir) does not exist; ImageFolder layout is <root>/train/" in line

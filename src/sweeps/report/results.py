@@ -22,14 +22,18 @@ COLUMNS = (names.FIRST_EPOCH_S, names.MEDIAN_EPOCH_S, names.TOTAL_S, names.FINAL
 def job_record(job: JobRecord) -> dict[str, Any]:
     """One job as a flat dict: ``run_id``, ``name``, ``outcome``, ``error``, ``model``,
     ``dataset``, ``device``, ``batch`` (examples per step, a number: the logged ``batch_size``),
-    ``lr``, ``target`` (``reached``, ``missed`` or None), every swept key (its value as typed),
+    ``lr``, ``target`` (``reached``, ``missed`` or None), every swept key (its value as typed; a
+    single run's overrides but its preset),
     then the report's figures (:data:`COLUMNS`,
     units in their names; ``None`` where the job logged none)."""
     row: dict[str, Any] = {"run_id": job.run_id, "name": job.name, "outcome": job.outcome, "error": job.error,
                            "sweep": job.tags.get(names.PARENT_RUN_TAG, "")}
     for key in ("model", "dataset", "device", "optimizer", "precision", "task"):
         row[key] = job.params.get(key)
-    row.update({k: v for k, v in job.swept.items() if k not in row})
+    # a single run's overrides stand for its swept keys; its preset (+experiment=NAME) is no column:
+    # a sweep's row has none either, unless the sweep varies the preset
+    single = names.PARENT_RUN_TAG not in job.tags
+    row.update({k: v for k, v in job.swept.items() if k not in row and not (single and k == "experiment")})
     row["batch"] = job.batch if job.batch is not None else job.params.get("batch")
     row["lr"] = job.metrics.get(names.LR)
     row["target"] = job.tags.get(names.TARGET_TAG)  # reached | missed | None (no target)

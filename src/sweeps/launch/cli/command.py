@@ -21,7 +21,7 @@ from sweeps.config.checks import check_added_keys, check_importable
 from sweeps.errors import UsageError
 from sweeps.launch.cli import sweep
 from sweeps.launch.cli.compose_once import composed_once
-from sweeps.launch.cli.sweep_check import one_line, unknown_key_line
+from sweeps.launch.cli.sweep_check import check_data_root, one_line, unknown_key_line
 from sweeps.launch.process import outcome, signals
 from sweeps.tracking import http_policy, store, store_processes
 
@@ -36,6 +36,8 @@ def main(cfg: DictConfig) -> str:
     try:
         config.validate(config.complete(cfg))  # before torch is imported: a bad value answers at once
         _check_names(cfg)  # before the store process opens the store: nothing is created for bad input
+        if not launchers_elsewhere():
+            check_data_root(cfg.dataset)  # files this machine must read: missing ones said before anything starts
         # the store process started by cli() opens the store on the other core while torch imports here
         store_processes.start(store.tracking_uri(cfg), str(cfg.mlflow.experiment))
         with signals.held():  # see _import_job
@@ -50,6 +52,14 @@ def main(cfg: DictConfig) -> str:
             print(f"sweeps: error: {e}", file=sys.stderr, flush=True)
             raise
         sweep.stop(e)
+
+
+def launchers_elsewhere() -> bool:
+    """Whether this process is a Slurm job of a sweep, whose data lives on its own node (checked
+    there by the job itself)."""
+    from sweeps.launch import launchers
+
+    return launchers.current().ends_job_alone()
 
 
 def _check_names(cfg: DictConfig) -> None:
