@@ -24,8 +24,10 @@ class EagerProbe(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # not while dynamo traces (Python state changed here would be guarded on), nor the FLOP
-        # count's pass on a meta-device copy (eager by design)
-        if not torch.compiler.is_compiling() and x.device.type != "meta":
+        # count's pass on a meta-device copy, nor the pre-flight's shape check (a training-mode module
+        # under no_grad, which no training step is): both eager by design
+        preflight = self.training and not torch.is_grad_enabled()
+        if not torch.compiler.is_compiling() and x.device.type != "meta" and not preflight:
             EagerProbe.eager[(self.training, len(x))] += 1
         return self.fc(self.conv(x) if self.conv is not None else x)
 
