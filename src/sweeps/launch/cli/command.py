@@ -36,7 +36,7 @@ def main(cfg: DictConfig) -> str:
     try:
         config.validate(config.complete(cfg))  # before torch is imported: a bad value answers at once
         _check_names(cfg)  # before the store process opens the store: nothing is created for bad input
-        if not launchers_elsewhere():
+        if not _data_on_another_node():
             check_data_root(cfg.dataset)  # files this machine must read: missing ones said before anything starts
         # the store process started by cli() opens the store on the other core while torch imports here
         store_processes.start(store.tracking_uri(cfg), str(cfg.mlflow.experiment))
@@ -54,7 +54,7 @@ def main(cfg: DictConfig) -> str:
         sweep.stop(e)
 
 
-def launchers_elsewhere() -> bool:
+def _data_on_another_node() -> bool:
     """Whether this process is a Slurm job of a sweep, whose data lives on its own node (checked
     there by the job itself)."""
     from sweeps.launch import launchers

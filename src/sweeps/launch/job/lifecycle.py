@@ -279,7 +279,7 @@ def _skip(cfg: DictConfig, client, chash: str, previous, multirun: bool, clear: 
              previous.info.run_id, previous.data.tags.get(names.OUTCOME_TAG))
     oc.note(names.SKIPPED)
     if clear:
-        try:  # killed after its run was closed, before its folder was removed (chaos seed 2915, fault 196)
+        try:  # a job killed after its run was closed, before its folder was removed
             resume.clear_finished(cfg.checkpoint.dir, chash, client, keep=None)
         except Exception as e:  # noqa: BLE001 (a leftover folder costs disk, not a result)
             log.warning("  its folders under %s not cleared (%s)", cfg.checkpoint.dir, describe(e))
