@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from sweeps.tracking.journal import EpochLog
+from sweeps.tracking.journal.journal import EpochLog
 from sweeps.train.noise import HostLoad
 
 RECORD = {"train/loss": 0.5, "train/lr": 0.01, "time/epoch_s": 0.0007, "time/eval_s": 0.0, "time/elapsed_s": 1.0,

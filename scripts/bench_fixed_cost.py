@@ -43,7 +43,7 @@ TINY = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1
         "dataset.test_size=64", "batch=64", "epochs=1", "device=cpu"]
 # (label, file suffix, function name) of the steps a job takes once, in the order it takes them
 ITEMS = [
-    ("compose the job (Hydra, or derived from its family's shared part)", "sweeps/launch/cli/sweep_compose.py",
+    ("compose the job (Hydra, or derived from its family's shared part)", "sweeps/sweep/compose.py",
      "compose"),
     ("  of which Hydra's own compositions", "hydra/_internal/config_loader_impl.py", "load_configuration"),
     ("Hydra: run_job (output dir, .hydra/*.yaml, logging)", "hydra/core/utils.py", "run_job"),
@@ -52,8 +52,8 @@ ITEMS = [
     ("run open: create run, params, config.yaml, inputs", "launch/job/lifecycle.py", "__enter__"),
     ("training (the task's run)", "sweeps/tasks/train.py", "run"),
     ("close: summary, telemetry, artifacts, status", "launch/job/finish.py", "finish"),
-    ("  of which the drain posted (the follower ships the last epochs meanwhile)", "sweeps/tracking/run.py", "drain"),
-    ("  of which waiting for the store process (the drain, posted calls)", "sweeps/tracking/run.py", "drained"),
+    ("  of which the drain posted (the follower ships the last epochs meanwhile)", "sweeps/tracking/writer/run_writer.py", "drain"),
+    ("  of which waiting for the store process (the drain, posted calls)", "sweeps/tracking/writer/run_writer.py", "drained"),
     ("  of which telemetry.png (drawn while the store ingests)", "sweeps/telemetry/plot.py", "render"),
     ("  of which free memory (gc)", "sweeps/train/memory.py", "release_memory"),
 ]
@@ -181,7 +181,7 @@ def items(jobs: int = 10) -> None:
 
 def tabular(repeats: int) -> None:
     """The 1-epoch tabular job against seed 004's script, each repeat in a new folder (a new
-    store): first with the store template in the user's cache (``sweeps.tracking.new_store``: every
+    store): first with the store template in the user's cache (``sweeps.tracking.store.create``: every
     new store after the first on a machine), then once with an empty cache (the first store a
     machine makes: MLflow's migrations run, and leave the template)."""
     print("\n## one 1-epoch tabular job vs the script it replaces (100 full-batch epochs, by hand)")

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """A job's end on a busy machine: how long the job waits for its own helper processes (the store
 process and its follower process) while other programs keep every core busy. The follower ships
-the run's journal at the lowest CPU priority (``sweeps.tracking.priority``: nice 19,
+the run's journal at the lowest CPU priority (``sweeps.tracking.follower.priority``: nice 19,
 ``SCHED_IDLE``); the store process answers every call the job waits for at normal priority, and
 at the job's end takes over from a follower that has not moved for 5 s
-(``sweeps.tracking.shipping``). Prints figures with their spread (median [min, max] over
+(``sweeps.tracking.follower.shipping``). Prints figures with their spread (median [min, max] over
 ``--repeats``); asserts nothing.
 
     python scripts/bench_helper_starvation.py [--repeats 3] [--hogs N] [--apart] [--long]   # N: the core count by default
@@ -45,7 +45,7 @@ JOB = ["model=mlp_tabular", "dataset=diabetes", "epochs=3", "device=cpu"]
 # a long series: 3,000 epochs x ~15 values, every one sent (the 320-point cap undone)
 LONG = ["+experiment=tabular_cpu_vs_gpu", "device=cpu", "dataset.train_size=1000", "epochs=3000",
         "mlflow.log_every_epochs=1", "mlflow.series_points=null", "device.threads=1"]
-HELPERS = (b"sweeps.tracking.store_process", b"sweeps.tracking.follower")
+HELPERS = (b"sweeps.tracking.service.server", b"sweeps.tracking.follower.follower")
 POLL_S = 0.1
 
 

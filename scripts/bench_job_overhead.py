@@ -233,7 +233,7 @@ def marginal(repeats: int, epochs: int, base: list[str], experiment: str, hand_l
     the run's ``time/elapsed_s`` series. ``also``: a second hand loop of the same signature,
     measured beside the first, and its ratio printed too."""
     composed = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); "
-                               "from conftest import compose; from sweeps.tracking.series import stride_of_config; "
+                               "from conftest import compose; from sweeps.tracking.follower.series import stride_of_config; "
                                "c = compose(%r); print(c.eval.every_epochs, stride_of_config(c), c.device.threads or 0)"
                                % [*base, *extra, f"epochs={epochs}"]],
                               cwd=REPO, env=ENV, capture_output=True, text=True, check=True).stdout.split()

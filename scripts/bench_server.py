@@ -2,8 +2,8 @@
 
 N simulated jobs, each logging 15 metric values per 1-s epoch as a training job does — appended
 to its run's journal and shipped by a follower of its own (the real
-:class:`sweeps.tracking.run.RunWriter`, :class:`~sweeps.tracking.journal.EpochLog` and
-:mod:`sweeps.tracking.follower`), spread over several client processes — send to a real
+:class:`sweeps.tracking.writer.run_writer.RunWriter`, :class:`~sweeps.tracking.journal.journal.EpochLog` and
+:mod:`sweeps.tracking.follower.follower`), spread over several client processes — send to a real
 `mlflow server` on 127.0.0.1 that this script starts — with a sqlite backend (a file on local
 disk in WAL mode, as docs/devices.md advises a server's sqlite; ``--sqlite-journal delete`` for
 sqlite's default rollback journal), and with a PostgreSQL backend from a cluster it creates in a
@@ -143,18 +143,18 @@ def mlflow_server(store_uri: str, tmp: Path, workers: int):
 def client_process(url: str, exp_id: str, jobs: int, start_at: float, warmup_s: float, window_s: float,
                    out: mp.Queue) -> None:
     """One client process: ``jobs`` simulated jobs, each as a training job logs to MLflow — a
-    :class:`~sweeps.tracking.run.RunWriter` whose epochs are appended to the run's journal
-    (:class:`~sweeps.tracking.journal.EpochLog`, 15 values an epoch, one epoch a second from
+    :class:`~sweeps.tracking.writer.run_writer.RunWriter` whose epochs are appended to the run's journal
+    (:class:`~sweeps.tracking.journal.journal.EpochLog`, 15 values an epoch, one epoch a second from
     ``start_at``, time.time(), for warm-up + window) and shipped by a follower of its own
-    (:mod:`sweeps.tracking.follower`, on the cadence a job's follower keeps); then each job's
+    (:mod:`sweeps.tracking.follower.follower`, on the cadence a job's follower keeps); then each job's
     end: its run drained through its last epoch, and closed."""
     os.environ["MLFLOW_HTTP_POOL_MAXSIZE"] = str(max(10, jobs))  # one connection per job's follower
     sys.stdout = open(os.devnull, "w")  # MLflow prints a "View run" line per ended run
     from mlflow import MlflowClient
 
-    from sweeps.tracking import batches, priority
-    from sweeps.tracking.journal import JOURNAL, EpochLog
-    from sweeps.tracking.run import RunWriter
+    from sweeps.tracking.follower import delivery, priority
+    from sweeps.tracking.journal.journal import JOURNAL, EpochLog
+    from sweeps.tracking.writer.run_writer import RunWriter
 
     calls: list[tuple[float, float, int]] = []  # (start, time.time(); latency, s; values)
     failed = [0]
@@ -173,7 +173,7 @@ def client_process(url: str, exp_id: str, jobs: int, start_at: float, warmup_s: 
 
     # Each simulated job stands for a job on a machine of its own, whose follower yields only to
     # that job's training. Here there is no training to yield to, and the server shares these 2
-    # cores: a follower at the lowest priority (nice 19 under SCHED_IDLE, sweeps.tracking.priority)
+    # cores: a follower at the lowest priority (nice 19 under SCHED_IDLE, sweeps.tracking.follower.priority)
     # would get CPU only while the server's workers idle, and the figures would be this
     # co-location's (sqlite at 500 jobs: 4.2 sends/s, p99 562 s, 2026-11-27). So the followers keep
     # normal priority; and each job has a client of its own, so a follower (a thread) of its own.
@@ -192,7 +192,7 @@ def client_process(url: str, exp_id: str, jobs: int, start_at: float, warmup_s: 
         for _, journal in jobs_:
             journal.append({"epoch": epoch, **{k: epoch + i / 100 for i, k in enumerate(KEYS)}})
         time.sleep(max(0.0, start_at + epoch * EPOCH_S - time.time()))
-    beats = [batches.sender(w.client).cadence.beat_s for w, _ in jobs_]
+    beats = [delivery.sender(w.client).cadence.beat_s for w, _ in jobs_]
 
     def end(job: tuple[RunWriter, EpochLog]) -> int:
         writer, journal = job
@@ -316,7 +316,7 @@ def main() -> None:
     # `kill` (SIGTERM) ends it as Ctrl-C does: the server and PostgreSQL it started are stopped too
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from mlflow import __version__ as mlflow_version
-    from sweeps.tracking.cadence import CAP_S, FLOOR_S, K
+    from sweeps.tracking.follower.cadence import CAP_S, FLOOR_S, K
     print(f"# {platform.node()} {os.cpu_count()} cores, load {os.getloadavg()}; mlflow {mlflow_version}; "
           f"cadence clamp({K:g} x latency, {FLOOR_S:g} s, {CAP_S:g} s); {a.workers} server workers; "
           f"warm-up {a.warmup_s:g} s, window {a.window_s:g} s, {a.repeats} repeats; carried = 0 lost, 0 duplicated, "

@@ -38,7 +38,7 @@ import torch
 import selfcheck_checks as checks
 import selfcheck_sweeps as sweeps_checks
 from sweeps.errors import brief
-from sweeps.launch.placement.device import compiler_problem, driver_problem
+from sweeps.placement.device import compiler_problem, driver_problem
 from sweeps.telemetry import nvml
 from sweeps.provenance.machine import fingerprint
 

@@ -1,5 +1,5 @@
 """Import circles in ``src/sweeps``: every strongly connected group of modules (imports inside
-functions count: grimp reads them too), and the same between the sub-packages of ``launch/``.
+functions count: grimp reads them too), and the same between the packages of ``src/sweeps`` (tracking: between its boxes).
 
     PYTHONPATH=src python scripts/import_cycles.py     # exit 1 when a circle is found
 
@@ -57,26 +57,32 @@ def strongly_connected(nodes: set[str], edges: dict[str, set[str]]) -> list[list
     return groups
 
 
+def package_of(module: str) -> str:
+    """The package a module counts under: ``sweeps.<package>``, or for tracking, its box
+    (``sweeps.tracking.<box>``); a top-level module (``sweeps.names``) is its own."""
+    parts = module.split(".")
+    return ".".join(parts[:3] if parts[1] == "tracking" and len(parts) > 3 else parts[:2])
+
+
 def main() -> int:
     graph = grimp.build_graph("sweeps", cache_dir=None)  # a cache can hold modules since moved
     modules = {m for m in graph.modules if m.startswith("sweeps")}
     edges = {m: {i for i in graph.find_modules_directly_imported_by(m) if i in modules and not m.startswith(i + ".")}
              for m in modules}  # a package's __init__ importing its own module is not a circle
     found = strongly_connected(modules, edges)
-    launch = "sweeps.launch."
-    parts = {m: launch + m[len(launch):].split(".")[0] for m in modules if m.startswith(launch)}
+    parts = {m: package_of(m) for m in modules if m.count(".") >= 1}
     part_edges: dict[str, set[str]] = {}
     for m, targets in edges.items():
         if m in parts:
             part_edges.setdefault(parts[m], set()).update(parts[t] for t in targets if t in parts and parts[t] != parts[m])
     part_groups = strongly_connected(set(parts.values()), part_edges)
-    print(f"{len(modules)} modules, {sum(map(len, edges.values()))} imports; launch sub-packages: "
+    print(f"{len(modules)} modules, {sum(map(len, edges.values()))} imports; packages: "
           f"{', '.join(sorted(set(parts.values())))}")
     for group in found:
         print("module circle:", " <-> ".join(group))
     for group in part_groups:
-        print("launch sub-package circle:", " <-> ".join(group))
-    print(f"{len(found)} module circle(s), {len(part_groups)} launch sub-package circle(s)")
+        print("package circle:", " <-> ".join(group))
+    print(f"{len(found)} module circle(s), {len(part_groups)} package circle(s)")
     return 1 if found or part_groups else 0
 
 

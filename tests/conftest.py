@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sweeps.tracking.store import open_client
+from sweeps.tracking.store.store import open_client
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -98,8 +98,9 @@ def in_process(tmp_path, monkeypatch):
     ./mlruns store and ./checkpoints): ``in_process(overrides) -> outcome``. Each call is a
     command of its own: a signal an earlier call was interrupted by is forgotten (a rerun is a
     new process), and the sweep's handlers are installed again where it had replaced them."""
-    from sweeps.launch.job import lifecycle as job
-    from sweeps.launch.process import signals
+    from sweeps import launchers
+    from sweeps.job import lifecycle as job
+    from sweeps.job import signals
 
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.startswith(("MLFLOW_", "SWEEPS_"))]:
@@ -108,7 +109,7 @@ def in_process(tmp_path, monkeypatch):
     def run(overrides: list[str]) -> str:
         if signals.received():
             signals.install()
-        return job.run(compose(overrides))
+        return job.run(compose(overrides), launchers.current())
     return run
 
 
@@ -134,7 +135,7 @@ def user_folder(tmp_path, monkeypatch):
 
 
 def cli_in_process(args: list[str], cwd: Path, fresh_store: bool = False) -> subprocess.CompletedProcess:
-    """``python -m sweeps ARGS`` through the real entry point (:func:`sweeps.launch.cli.command.cli`: Hydra's
+    """``python -m sweeps ARGS`` through the real entry point (:func:`sweeps.sweep.command.cli`: Hydra's
     argument parsing, composition, multirun, sweep callback, exit status) but in this process, in
     ``cwd``: the stdout, stderr and exit status :func:`run_cli` would give, without a new
     interpreter's ~5 s of imports. Everything the run changes in this process is put back: working
@@ -146,7 +147,7 @@ def cli_in_process(args: list[str], cwd: Path, fresh_store: bool = False) -> sub
     import io
 
     from sweeps.api import call_cli, command_state
-    from sweeps.launch.cli import command as cli
+    from sweeps.sweep import command as cli
 
     if not fresh_store:
         seed_store(cwd)
@@ -166,16 +167,16 @@ def cli_in_process(args: list[str], cwd: Path, fresh_store: bool = False) -> sub
 
 def seed_store(cwd: Path) -> None:
     """Give ``cwd`` the default store ./mlruns/mlflow.db, unless ./mlruns exists, the way a job
-    creates it (:func:`sweeps.tracking.new_store.ensure`: a copy of MLflow's migrated schema, kept
+    creates it (:func:`sweeps.tracking.store.create.ensure`: a copy of MLflow's migrated schema, kept
     in the user's cache), without a job's store-opening around it; the real processes
     (``run_cli``) and tests marked ``fresh_store`` go through the job's own opening."""
-    from sweeps.tracking import new_store
+    from sweeps.tracking.store import create
 
     mlruns = cwd / "mlruns"
     if mlruns.exists():
         return
     mlruns.mkdir(parents=True)
-    new_store.ensure(str(mlruns / "mlflow.db"))
+    create.ensure(str(mlruns / "mlflow.db"))
 
 
 @pytest.fixture(autouse=True)

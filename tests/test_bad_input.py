@@ -14,7 +14,7 @@ import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
 
 from conftest import StartedCli, cli_in_process, store
-from sweeps.launch.cli.sweep_check import one_line
+from sweeps.sweep.check import one_line
 from sweeps.errors import UsageError
 
 
@@ -170,7 +170,7 @@ def test_corrupt_image_is_named_in_one_line(tmp_path, in_process):
 def test_corrupt_image_met_in_a_loader_worker_is_named():
     """Past the sampled images a corrupt file surfaces in a DataLoader worker: the job's one-line
     error is the worker's last line (the file), not "Caught ... in DataLoader worker"."""
-    from sweeps.launch.process.outcome import classify
+    from sweeps.job.outcome import classify
 
     text = ("Caught UnidentifiedImageError in DataLoader worker process 0.\nOriginal Traceback (most recent call"
             " last):\n  File \"x.py\", line 1\nPIL.UnidentifiedImageError: cannot identify image file 'a/3.png'")
@@ -198,7 +198,7 @@ def test_cuda_index_out_of_range(monkeypatch):
     import torch
     from omegaconf import OmegaConf
 
-    from sweeps.launch.placement.device import resolve_device
+    from sweeps.placement.device import resolve_device
     from sweeps.errors import DeviceUnavailable
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -44,7 +44,7 @@ def test_bench_server_stores_every_simulated_jobs_epochs_once_through_journal_an
 @pytest.mark.slow
 def test_bench_epoch_append_times_a_jobs_journal_append_on_the_real_epoch_log(tmp_path):
     """``scripts/bench_epoch_append.py`` times a job's per-epoch work on the real
-    :class:`~sweeps.tracking.journal.EpochLog` of a real run: each of its rows prints a time."""
+    :class:`~sweeps.tracking.journal.journal.EpochLog` of a real run: each of its rows prints a time."""
     out = _bench(tmp_path, "bench_epoch_append.py", "--repeats", "1", "--epochs", "50")
     row = next((line for line in out.splitlines() if "a job's append (journal line)" in line), None)
     assert row is not None, out

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from sweeps.tracking import batches
-from sweeps.tracking.cadence import Cadence
+from sweeps.tracking.follower import delivery
+from sweeps.tracking.follower.cadence import Cadence
 
 
 def _steady(**kw) -> Cadence:
@@ -16,7 +16,7 @@ def _steady(**kw) -> Cadence:
 
 def test_a_quick_server_is_sent_to_every_two_seconds():
     c = _steady()
-    assert c.wait_s() == batches.FLUSH_S == 2.0  # no send yet
+    assert c.wait_s() == delivery.FLUSH_S == 2.0  # no send yet
     for _ in range(5):
         c.sent(0.02, 15)  # 20 ms a call
     assert c.wait_s() == 2.0

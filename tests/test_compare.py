@@ -26,7 +26,7 @@ HOST_A, HOST_B = "host-a / test cpu", "host-b / test cpu"
 
 def _sweep_on(host: str, torch_version: str, args: list[str], cwd) -> None:
     """A sweep as machine ``host`` with torch ``torch_version`` would log it."""
-    from sweeps.launch.job import identity, lifecycle as job
+    from sweeps.job import identity, lifecycle as job
     from sweeps.provenance import machine
 
     tags = {**job.environment_tags(), "env.host": host, "env.torch": torch_version}

@@ -1,4 +1,4 @@
-"""The command's config composed by Hydra once, not twice (sweeps.launch.cli.compose_once): the
+"""The command's config composed by Hydra once, not twice (sweeps.sweep.compose_once): the
 kept composition is the one Hydra would make for the run or multirun, Hydra's errors are kept,
 and Hydra's own get_mode is back after the command. Real Hydra on the project's conf/."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from conftest import TEST_CONF, cli_in_process, runs
 from sweeps import config
-from sweeps.launch.cli.compose_once import composed_once
+from sweeps.sweep.compose_once import composed_once
 
 TINY = ["model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=64", "dataset.test_size=16",
         "device=cpu", "epochs=1", TEST_CONF]

@@ -16,8 +16,8 @@ from omegaconf import MISSING, OmegaConf, open_dict
 from sweeps import config, names
 from sweeps.config.options import OPTION_SCHEMAS, OWN_KEYS
 from sweeps.errors import UsageError
-from sweeps.tracking.resume import config_hash
-from sweeps.tracking.store import flatten
+from sweeps.tracking.replay.resume import config_hash
+from sweeps.tracking.store.store import flatten
 
 config.register()
 GROUPS = sorted(p.name for p in config.CONF_DIR.iterdir() if p.is_dir())

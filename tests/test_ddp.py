@@ -2,7 +2,7 @@
 training path (sweeps.train.builder.build_training via TrainTask.run), rank 0 logs each epoch as it ends,
 a failure on any rank ends the job at once with the right outcome.
 
-Jobs run in-process (Hydra's compose API, then sweeps.launch.job.lifecycle.run, as ``python -m sweeps``
+Jobs run in-process (Hydra's compose API, then sweeps.job.lifecycle.run, as ``python -m sweeps``
 would); the ranks are real processes started by torch's launcher. The NCCL path (one process
 per GPU) cannot run here (no GPU); its machine checks are unit-tested.
 """
@@ -28,11 +28,13 @@ import ddp_helpers
 import helpers
 import sweeps.config
 from conftest import TEST_CONF, TESTS, run_cli, runs, store
+from sweeps import launchers
 from sweeps.data.device_loader import DeviceBatches, resident
 from sweeps.data.loaders import TensorBatches
 from sweeps.errors import DeviceUnavailable
-from sweeps.launch.placement import ddp, device
-from sweeps.launch.job.lifecycle import run as run_job
+from sweeps.job import ddp
+from sweeps.placement import device
+from sweeps.job.lifecycle import run as run_job
 from sweeps.train import distributed
 from sweeps.train.builder import COMPILE_BACKEND_ENV
 
@@ -72,7 +74,7 @@ def _job(cwd: Path, overrides: list[str], monkeypatch) -> tuple[str, object]:
     sweeps.config.register()
     with initialize_config_dir(version_base="1.3", config_dir=str(sweeps.config.CONF_DIR)):
         cfg = compose("config", overrides=[*overrides, f"hydra.searchpath=[file://{TESTS / 'conf'}]"])
-    outcome = run_job(cfg)
+    outcome = run_job(cfg, launchers.current())
     (run,) = runs(cwd)
     return outcome, run
 
@@ -271,9 +273,9 @@ def test_sigterm_flushes_rank_0_and_a_rerun_resumes_the_curve(tmp_path):
 def test_rank_0_of_a_resumed_run_logs_no_second_compile_time(tmp_path):
     """A resumed compile=true job under DDP compiles again on rank 0 and hands its compile time to
     ``log_summary``: the run keeps its first part's ``time/compile_s``, one point."""
-    from sweeps.launch.placement.rank import RankRun, RankSpec
-    from sweeps.tracking.store import open_client
-    from sweeps.tracking.run import RunWriter
+    from sweeps.job.rank import RankRun, RankSpec
+    from sweeps.tracking.store.store import open_client
+    from sweeps.tracking.writer.run_writer import RunWriter
     from sweeps import names
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -1,5 +1,5 @@
 """Which epochs reach a run's MLflow series, on a real sqlite store: the follower ships those of
-the series (:func:`sweeps.tracking.series.in_series`) from the job's journal, the journal keeps
+the series (:func:`sweeps.tracking.follower.series.in_series`) from the job's journal, the journal keeps
 every epoch, a full disk stops the journal and not the series, and a replay after a killed job
 thins the series as the job did."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from mlflow import MlflowClient
 
 from sweeps import names
-from sweeps.tracking.journal import EpochLog, read_journal
-from sweeps.tracking.store import open_client
-from sweeps.tracking.run import RunWriter
+from sweeps.tracking.journal.journal import EpochLog, read_journal
+from sweeps.tracking.store.store import open_client
+from sweeps.tracking.writer.run_writer import RunWriter
 
 
 def _run(tmp_path) -> tuple[MlflowClient, RunWriter]:
@@ -111,7 +111,7 @@ def test_at_the_defaults_a_short_job_logs_every_epoch_and_a_long_one_at_most_ser
     # 10,000 are ≤ 320 points (mlflow.series_points), the first and the last among them; the
     # journal keeps every epoch either way
     from conftest import compose
-    from sweeps.tracking import series
+    from sweeps.tracking.follower import series
 
     client, writer = _run(tmp_path)
     writer.every_epochs, writer.every_evaluated = series.of_config(compose([f"epochs={epochs}"]))

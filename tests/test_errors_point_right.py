@@ -134,7 +134,7 @@ def test_the_data_root_check_respects_if_missing_skip_and_other_datasets():
     from omegaconf import OmegaConf
 
     from sweeps.errors import UsageError
-    from sweeps.launch.cli.sweep_check import check_data_root
+    from sweeps.sweep.check import check_data_root
 
     folder = {"_target_": "sweeps.data.builtin.imagefolder", "root": "/no/such/dir", "name": "imagefolder"}
     check_data_root(OmegaConf.create({**folder, "if_missing": "skip"}))

@@ -4,7 +4,7 @@ A job SIGKILLed just after its writer posted a batch, then rerun at once: the re
 dead job's journal while the dead job's store process may still ingest that batch. Both carry the
 epoch's own timestamp (``names.TIMESTAMP_MS``), so MLflow's SQL store, which keys a value by
 (key, timestamp, step, value), keeps one row; and the rerun first waits for the run's ship lock,
-which that store process holds until it has answered everything (``sweeps.tracking.cursor``)."""
+which that store process holds until it has answered everything (``sweeps.tracking.journal.cursor``)."""
 from __future__ import annotations
 
 import os
@@ -32,7 +32,8 @@ def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp
     batch not yet ingested), the rerun's start replays the journal and closes the run, then the
     dead job's batch lands. Every (metric, epoch) is stored once."""
     from sweeps import names
-    from sweeps.tracking import batches, follower, replay
+    from sweeps.tracking.follower import delivery, follower
+    from sweeps.tracking.replay import replay
 
     client, experiment, run_id, folder = _journaled_killed_run(
         tmp_path, 5, lambda e: {**_record(e), names.TEST_ACC: float("nan")})
@@ -41,7 +42,7 @@ def test_a_batch_ingested_after_the_journal_was_replayed_is_not_stored_twice(tmp
     dead.checked = True
 
     assert replay.mark_stale(client, experiment, tmp_path / "checkpoints") == 1  # the rerun's start
-    dead.ship(client, batches.sender(client), final=True)  # the dead job's batch, ingested after the replay
+    dead.ship(client, delivery.sender(client), final=True)  # the dead job's batch, ingested after the replay
 
     for key in (names.TRAIN_LOSS, names.EPOCH_S, names.TEST_ACC):
         steps = sorted(m.step for m in client.get_metric_history(run_id, key))
@@ -60,11 +61,13 @@ def test_params_tags_texts_and_inputs_a_killed_job_never_had_stored_reach_its_ru
     from omegaconf import OmegaConf
 
     from sweeps import names
-    from sweeps.tracking import batches, inputs, records, replay
-    from sweeps.tracking import run as writer
-    from sweeps.tracking.store import open_client
+    from sweeps.tracking.follower import delivery
+    from sweeps.tracking.writer import inputs, records
+    from sweeps.tracking.replay import replay
+    from sweeps.tracking.writer import run_writer as writer
+    from sweeps.tracking.store.store import open_client
 
-    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # the dead job's beat sends nothing during the test
+    monkeypatch.setattr(delivery, "FLUSH_S", 30.0)  # the dead job's beat sends nothing during the test
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("race")
     tags = {names.HOST_TAG: socket.gethostname(), names.PID_TAG: str(_dead_pid()), names.HASH_TAG: "h1",
@@ -162,9 +165,9 @@ def test_a_job_killed_between_its_outcome_and_its_runs_status_is_closed_as_it_en
     import socket
 
     from sweeps import names
-    from sweeps.tracking import replay
-    from sweeps.tracking.journal import JOURNAL
-    from sweeps.tracking.store import open_client
+    from sweeps.tracking.replay import replay
+    from sweeps.tracking.journal.journal import JOURNAL
+    from sweeps.tracking.store.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("window")
@@ -225,8 +228,8 @@ def _record(epoch: int) -> dict:
 def _journaled_killed_run(tmp_path, last: int, record=_record):
     """A run on a new sqlite store whose job (a dead process) journaled epochs 1..``last``
     (``record(epoch)`` each) and sent none: (client, experiment id, run id, the run's folder)."""
-    from sweeps.tracking.journal import JOURNAL, EpochLog
-    from sweeps.tracking.store import open_client
+    from sweeps.tracking.journal.journal import JOURNAL, EpochLog
+    from sweeps.tracking.store.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("killed")
@@ -246,12 +249,13 @@ def test_a_stale_runs_replay_starts_at_its_cursor_and_reads_no_metric_history(tm
     are found in the run and not sent again, and no metric's whole history is read (a 10,000-epoch
     run holds ~200,000 rows): each epoch is stored once and the cursor ends at 12."""
     from sweeps import names
-    from sweeps.tracking import batches, follower, replay
-    from sweeps.tracking.cursor import Cursor
-    from sweeps.tracking.journal import JOURNAL, EpochLog
+    from sweeps.tracking.follower import delivery, follower
+    from sweeps.tracking.replay import replay
+    from sweeps.tracking.journal.cursor import Cursor
+    from sweeps.tracking.journal.journal import JOURNAL, EpochLog
 
     client, experiment, run_id, folder = _journaled_killed_run(tmp_path, 10)
-    follower.Followed(run_id, str(folder)).ship(client, batches.sender(client))  # its follower's beats
+    follower.Followed(run_id, str(folder)).ship(client, delivery.sender(client))  # its follower's beats
     assert Cursor(folder).read() == 10
     late = EpochLog(None, folder / JOURNAL, regression=False)  # journaled, never sent
     for e in (11, 12):
@@ -279,10 +283,10 @@ def test_the_cursor_stays_before_a_batch_the_store_refused_and_the_next_beat_sen
     from mlflow.exceptions import MlflowException
 
     from sweeps import names
-    from sweeps.tracking import batches, follower
-    from sweeps.tracking.cursor import Cursor
-    from sweeps.tracking.journal import JOURNAL, EpochLog
-    from sweeps.tracking.store import open_client
+    from sweeps.tracking.follower import delivery, follower
+    from sweeps.tracking.journal.cursor import Cursor
+    from sweeps.tracking.journal.journal import JOURNAL, EpochLog
+    from sweeps.tracking.store.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run_id = client.create_run(client.create_experiment("cursor")).info.run_id
@@ -298,13 +302,13 @@ def test_the_cursor_stays_before_a_batch_the_store_refused_and_the_next_beat_sen
     shipper = follower.Followed(run_id, str(tmp_path))
     for e in range(1, 3):
         epochs.append(_record(e))
-    assert shipper.ship(store_, batches.sender(store_)) == 0 and Cursor(tmp_path).read() == 2
+    assert shipper.ship(store_, delivery.sender(store_)) == 0 and Cursor(tmp_path).read() == 2
     for e in range(3, 7):
         epochs.append(_record(e))
-    assert shipper.ship(store_, batches.sender(store_)) == 8  # refused: two values of each of 3-6 left
+    assert shipper.ship(store_, delivery.sender(store_)) == 8  # refused: two values of each of 3-6 left
     assert refused and Cursor(tmp_path).read() == 2
     assert _steps(client, run_id, names.TRAIN_LOSS) == [1, 2]
-    assert shipper.ship(store_, batches.sender(store_), final=True) == 0  # the next beat
+    assert shipper.ship(store_, delivery.sender(store_), final=True) == 0  # the next beat
     epochs.close()
     for key in (names.TRAIN_LOSS, names.EPOCH_S):
         assert _steps(client, run_id, key) == [1, 2, 3, 4, 5, 6], key
@@ -322,8 +326,9 @@ def test_a_resumed_job_killed_again_never_has_the_epochs_it_ran_again_replayed(t
     batch's commit and the cursor's write), the next start's replay sends epochs 7-8 and nothing
     of 4-6 again: each (metric, epoch) is stored once."""
     from sweeps import names
-    from sweeps.launch.job import lifecycle
-    from sweeps.tracking import batches, replay, shipping
+    from sweeps.job import lifecycle
+    from sweeps.tracking.follower import delivery, shipping
+    from sweeps.tracking.replay import replay
     from sweeps.train.loop import Trainer
 
     tiny = ["model=mlp", "model.hidden=[16]", "dataset=synthetic", "dataset.shape=[1,8,8]",
@@ -350,7 +355,7 @@ def test_a_resumed_job_killed_again_never_has_the_epochs_it_ran_again_replayed(t
         shipping.shipping(job.client)._thread.take(job.run_id)  # its follower (a thread here) stops with it
         raise _Died
 
-    monkeypatch.setattr(batches, "FLUSH_S", 30.0)  # the rerun's follower ships nothing before it dies
+    monkeypatch.setattr(delivery, "FLUSH_S", 30.0)  # the rerun's follower ships nothing before it dies
     monkeypatch.setattr(lifecycle, "finish", died)
     with pytest.raises(_Died):
         in_process(tiny)
@@ -368,8 +373,8 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 from sweeps import names
-from sweeps.tracking import cursor
-from sweeps.tracking.journal import read_journal
+from sweeps.tracking.journal import cursor
+from sweeps.tracking.journal.journal import read_journal
 uri, run_id, folder, wait_s = sys.argv[1:5]
 client = MlflowClient(uri)
 cursor.hold(client, folder)
@@ -400,7 +405,7 @@ def test_a_rerun_closes_a_killed_run_only_after_its_dead_jobs_store_process_has_
     which process it waits for, then replays nothing twice and closes the run as killed — the dead
     job's late ``outcome=running`` does not land over it (without the wait it did)."""
     from sweeps import names
-    from sweeps.tracking import replay
+    from sweeps.tracking.replay import replay
 
     client, experiment, run_id, shipper = _killed_run_with_a_shipper(tmp_path, wait_s=1.5)
     try:
@@ -423,7 +428,8 @@ def test_a_shipper_that_never_ends_holds_a_rerun_up_for_the_bounded_wait_only(tm
     """A dead job's store process that does not finish (a store that hangs it): the rerun's start
     waits ``timeout_s``, warns naming it, and replays and closes the run anyway."""
     from sweeps import names
-    from sweeps.tracking import cursor, replay
+    from sweeps.tracking.journal import cursor
+    from sweeps.tracking.replay import replay
 
     client, experiment, run_id, shipper = _killed_run_with_a_shipper(tmp_path, wait_s=60)
     try:
@@ -448,9 +454,9 @@ def test_the_process_that_ingests_a_run_holds_its_ship_lock_from_its_start_to_it
     process ingests) and gives it back when it ends."""
     import fcntl
 
-    from sweeps.tracking import cursor
-    from sweeps.tracking.store import open_client
-    from sweeps.tracking.run import RunWriter
+    from sweeps.tracking.journal import cursor
+    from sweeps.tracking.store.store import open_client
+    from sweeps.tracking.writer.run_writer import RunWriter
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     writer = RunWriter(client, client.create_experiment("lock"), "job", None, {})

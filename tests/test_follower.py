@@ -11,11 +11,11 @@ import time
 import pytest
 
 from sweeps import names
-from sweeps.tracking import batches, follower, shipping
-from sweeps.tracking.cursor import CURSOR, Cursor
-from sweeps.tracking.journal import JOURNAL, EpochLog
-from sweeps.tracking.store import open_client
-from sweeps.tracking.run import RunWriter
+from sweeps.tracking.follower import delivery, follower, shipping
+from sweeps.tracking.journal.cursor import CURSOR, Cursor
+from sweeps.tracking.journal.journal import JOURNAL, EpochLog
+from sweeps.tracking.store.store import open_client
+from sweeps.tracking.writer.run_writer import RunWriter
 
 
 def _job(tmp_path, every: int = 1):
@@ -43,7 +43,7 @@ def test_an_epochs_append_makes_no_store_call_and_the_follower_ships_the_journal
     """2,500 epochs appended: no ``log_batch`` from the job's thread; the follower (a thread here:
     an in-process client) ships them at its beats in batches of ≤ 1,000 values and moves the
     cursor; the drain leaves nothing behind."""
-    monkeypatch.setattr(batches, "FLUSH_S", 0.2)
+    monkeypatch.setattr(delivery, "FLUSH_S", 0.2)
     client, writer, epochs = _job(tmp_path)
     calls: list[str] = []
     real = client.log_batch
@@ -82,7 +82,7 @@ def threading_name() -> str:
 def test_a_capped_series_ships_its_stride_and_the_jobs_last_epoch_once(tmp_path, monkeypatch):
     """Stride 10: epochs 1, 10, 20, … and the job's last (57, off the stride) land, each once; the
     newest record waits for a later one or the drain (it may be the last)."""
-    monkeypatch.setattr(batches, "FLUSH_S", 0.1)
+    monkeypatch.setattr(delivery, "FLUSH_S", 0.1)
     client, writer, epochs = _job(tmp_path, every=10)
     _append(epochs, 1, 57)
     time.sleep(1.0)
@@ -96,10 +96,10 @@ def test_a_capped_series_ships_its_stride_and_the_jobs_last_epoch_once(tmp_path,
 def test_a_new_runs_follower_sends_its_first_batch_without_asking_the_store_and_a_resumed_runs_asks(
         tmp_path, monkeypatch):
     """A run the job just created holds none of its epochs: its first batch goes without
-    :func:`~sweeps.tracking.held.held_steps` (on a tracking server, every metric's whole
+    :func:`~sweeps.tracking.follower.held.held_steps` (on a tracking server, every metric's whole
     history: 15 calls a run at each of 500 jobs' start). A resumed run's follower (the run
     reopened, its cursor possibly a batch behind) asks first; each epoch still lands once."""
-    monkeypatch.setattr(batches, "FLUSH_S", 0.1)
+    monkeypatch.setattr(delivery, "FLUSH_S", 0.1)
     asked: list[str] = []
     real = follower.held_steps
     monkeypatch.setattr(follower, "held_steps", lambda client, run_id, wanted: (asked.append(run_id),
@@ -130,7 +130,7 @@ def test_a_follower_whose_question_to_the_store_fails_asks_again_and_keeps_shipp
     not stop, leaving the whole run to the job's end."""
     import logging
 
-    monkeypatch.setattr(batches, "FLUSH_S", 0.1)
+    monkeypatch.setattr(delivery, "FLUSH_S", 0.1)
     failures = [ConnectionError("Connection refused")]
     real = follower.held_steps
 
@@ -174,9 +174,10 @@ def test_a_run_deleted_mid_job_is_followed_no_more_without_a_warning_and_its_dra
     clears the deleted run's folder."""
     import logging
 
-    from sweeps.tracking import resume, store
+    from sweeps.tracking.replay import resume
+    from sweeps.tracking.store import store
 
-    monkeypatch.setattr(batches, "FLUSH_S", 0.1)
+    monkeypatch.setattr(delivery, "FLUSH_S", 0.1)
     client, writer, epochs = _job(tmp_path)
     _append(epochs, 1, 3)
     followed = shipping.shipping(client)._thread
@@ -220,10 +221,10 @@ def test_a_replay_after_a_dead_follower_sends_what_the_run_lacks_once(tmp_path):
     first.through = 4
     first._read()
     first._pending = first._pending[:4]
-    assert first.ship(client, batches.sender(client)) == 0 and Cursor(folder).read() == 4
+    assert first.ship(client, delivery.sender(client)) == 0 and Cursor(folder).read() == 4
     committed = follower.Followed(run_id, None, records=[{"epoch": e, names.TRAIN_LOSS: 1.0 / e,
                                                            names.EPOCH_S: 0.01 * e} for e in (5, 6)])
-    committed.ship(client, batches.sender(client), final=True)  # no cursor written: the kill came first
+    committed.ship(client, delivery.sender(client), final=True)  # no cursor written: the kill came first
     sent, left = shipping.replay(client, run_id, str(folder), 1, True)
     assert (sent, left) == (6, 0) and Cursor(folder).read() == 9
     assert sorted(_steps(client, run_id)) == list(range(1, 10))

@@ -20,11 +20,12 @@ from sweeps.data.datasets import DataSpec
 from sweeps.data.loaders import TensorBatches, make_loaders
 from sweeps.errors import DeviceUnavailable, UsageError
 from sweeps import state
-from sweeps.launch import launchers
-from sweeps.launch.placement import ddp, gpu_pool, rank
-from sweeps.launch.placement import device as device_mod
-from sweeps.launch.process import outcome
-from sweeps.launch.job.lifecycle import JobRun
+from sweeps import launchers
+from sweeps.job import ddp, rank
+from sweeps.placement import gpu_pool
+from sweeps.placement import device as device_mod
+from sweeps.job import outcome
+from sweeps.job.lifecycle import JobRun
 from sweeps.tasks import inference
 from sweeps.telemetry import nvml as telemetry_nvml
 from sweeps.telemetry.sampler import for_job

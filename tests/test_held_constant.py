@@ -100,7 +100,7 @@ def test_device_threads_does_not_move_the_default_workers(monkeypatch):
     import os
 
     from sweeps.data import loaders
-    from sweeps.launch.placement.device import cpu_threads
+    from sweeps.placement.device import cpu_threads
 
     cpu = torch.device("cpu")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)

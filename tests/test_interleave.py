@@ -1,4 +1,4 @@
-"""Repeats run interleaved (sweeps.launch.cli.interleave, the default sweeper of conf/config.yaml):
+"""Repeats run interleaved (sweeps.sweep.interleave, the default sweeper of conf/config.yaml):
 the sweep key ``repeat`` varies slowest wherever it is written, the configurations reversed on
 every second round; ``hydra.sweeper.interleave=false`` keeps Hydra's basic order; the sweep check
 and the job count list the jobs in launch order; ``'seed=${repeat}'`` gives each repeat its seed.
@@ -20,8 +20,8 @@ from omegaconf import OmegaConf, open_dict
 
 from conftest import TEST_CONF, cli_in_process, runs
 from sweeps import config
-from sweeps.launch.cli import interleave
-from sweeps.launch.cli.sweep_check import job_overrides, planned_jobs
+from sweeps.sweep import interleave
+from sweeps.sweep.check import job_overrides, planned_jobs
 
 TINY = ["model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=32", "dataset.test_size=16",
         "device=cpu", "epochs=1", "telemetry.interval_s=0", TEST_CONF]

@@ -11,10 +11,10 @@ import pytest
 
 from conftest import runs, store
 from sweeps import names
-from sweeps.launch.cli import command as cli
-from sweeps.launch.process import signals
+from sweeps.sweep import command as cli
+from sweeps.job import signals
 from sweeps.state import current
-from sweeps.tracking.journal import EpochLog
+from sweeps.tracking.journal.journal import EpochLog
 from sweeps.train import checkpoint
 from sweeps.train.builder import COMPILE_BACKEND_ENV
 from sweeps.train.loop import Trainer

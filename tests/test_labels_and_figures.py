@@ -9,7 +9,7 @@ import pytest
 
 from conftest import cli_in_process, runs
 from sweeps import names, state
-from sweeps.launch.job import progress
+from sweeps.job import progress
 from sweeps.report.model_label import model_label
 
 WRN = {"model": "wrn28_10", "model._target_": "sweeps.models.WideResNet", "model.dropout": "0.0"}
@@ -71,7 +71,7 @@ def test_the_time_left_comes_from_jobs_of_the_same_kind():
 def test_the_job_line_counts_each_jobs_time_under_its_kind():
     previous = state.replace(state.ProcessState())
     try:
-        from sweeps.launch.process import parent_run
+        from sweeps.job import parent_run
 
         plan = [["+case=slow"], ["+case=fast"], ["+case=fast", "repeat=1"], ["+case=slow", "repeat=1"]]
         progress.begin_sweep(4, plan)

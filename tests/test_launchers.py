@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import TEST_CONF, run_cli, runs
-from sweeps.launch import launchers
-from sweeps.launch.placement import gpu_pool
+from sweeps import launchers
+from sweeps.placement import gpu_pool
 
 TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32",
         "epochs=2", "device=cpu", "telemetry.interval_s=0", "checkpoint.every_epochs=0", TEST_CONF]

@@ -59,7 +59,7 @@ def test_config_groups_offer_exactly_the_options_of_the_names_module():
             tasks_dir = REPO / "src" / "sweeps" / "tasks"
             assert {p.stem for p in tasks_dir.glob("*.py")} - {"__init__", "base"} == set(options)
             continue
-        assert {p.stem for p in (REPO / "conf" / group).glob("*.yaml")} == set(options), group
+        assert {p.stem for p in (REPO / "src" / "sweeps" / "conf" / group).glob("*.yaml")} == set(options), group
 
 
 def test_no_metric_is_both_a_per_epoch_series_and_a_summary():
@@ -74,7 +74,7 @@ def test_the_names_module_loads_without_torch():
 
 def test_comments_that_list_options_in_config_yaml_name_exactly_the_options():
     listed = {}
-    for line in (REPO / "conf" / "config.yaml").read_text().splitlines():
+    for line in (REPO / "src" / "sweeps" / "conf" / "config.yaml").read_text().splitlines():
         m = re.match(r"\s*-\s*(\w+):\s*\w+\s*#\s*([\w ]+(?:\|[\w ]+)+)", line)
         if m:
             listed[m.group(1)] = {o.strip().split()[0] for o in m.group(2).split("|")}

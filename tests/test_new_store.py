@@ -11,7 +11,8 @@ import pytest
 from mlflow import MlflowClient
 from omegaconf import OmegaConf
 
-from sweeps.tracking import new_store, store_processes
+from sweeps.tracking.store import create
+from sweeps.tracking.service import registry
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 def _prepare(db: Path):
     cfg = OmegaConf.create({"mlflow": {"tracking_uri": f"sqlite:///{db}", "experiment": "e"}})
-    return store_processes.prepare(cfg)
+    return registry.prepare(cfg)
 
 
 def _schema(db: Path) -> tuple[list, list]:
@@ -101,7 +102,7 @@ def test_a_crash_while_creating_leaves_no_store_and_the_next_start_makes_it_whol
 
     monkeypatch.setattr(db_utils, "_initialize_tables", dies_midway)
     with pytest.raises(KeyboardInterrupt):
-        new_store.ensure(str(db))
+        create.ensure(str(db))
     assert not db.exists() and not list(tmp_path.glob("mlflow.db.creating-*"))
     monkeypatch.setattr(db_utils, "_initialize_tables", real)
     db.touch()  # what MLflow's own creation, killed before its first commit, leaves: 0 bytes
@@ -114,4 +115,4 @@ def test_without_a_writable_cache_the_store_is_still_created(tmp_path, monkeypat
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "not-a-folder"))
     client, experiment_id = _prepare(tmp_path / "mlflow.db")
     assert client.get_experiment(experiment_id).name == "e"
-    assert new_store.template_path() is not None and not new_store.template_path().exists()
+    assert create.template_path() is not None and not create.template_path().exists()

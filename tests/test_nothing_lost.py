@@ -301,9 +301,9 @@ def test_marking_a_stale_run_killed_replays_its_journal_first_exactly_once(tmp_p
     reach the run before it is closed, each once, however often the store is opened again."""
     import json
 
-    from sweeps.tracking import replay
-    from sweeps.tracking.journal import JOURNAL
-    from sweeps.tracking.store import open_client
+    from sweeps.tracking.replay import replay
+    from sweeps.tracking.journal.journal import JOURNAL
+    from sweeps.tracking.store.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("stale")
@@ -331,9 +331,9 @@ def test_a_run_whose_store_went_away_at_its_jobs_end_is_closed_by_the_next_start
     import json
 
     from sweeps import names
-    from sweeps.tracking import replay, resume
-    from sweeps.tracking.journal import JOURNAL
-    from sweeps.tracking.store import open_client
+    from sweeps.tracking.replay import replay, resume
+    from sweeps.tracking.journal.journal import JOURNAL
+    from sweeps.tracking.store.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("away")
@@ -362,8 +362,8 @@ def test_a_failed_jobs_run_left_open_keeps_its_folder_when_closed_later(tmp_path
     with the job's own error line (not "killed"), and keeps nothing it does not need: the folder
     of a run that is not done stays, as a killed run's does."""
     from sweeps import names
-    from sweeps.tracking import replay
-    from sweeps.tracking.store import open_client
+    from sweeps.tracking.replay import replay
+    from sweeps.tracking.store.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("away")
@@ -386,12 +386,12 @@ def test_a_writer_whose_store_stays_down_gives_up_after_down_s_and_then_tries_on
 
     from mlflow import MlflowClient
 
-    from sweeps.tracking import batches
-    from sweeps.tracking import run as writer_mod
+    from sweeps.tracking.follower import delivery
+    from sweeps.tracking.writer import run_writer
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setattr(batches, "RETRIES", (0.05,) * 20)
-    monkeypatch.setattr(batches, "DOWN_S", 0.3)
+    monkeypatch.setattr(delivery, "RETRIES", (0.05,) * 20)
+    monkeypatch.setattr(delivery, "DOWN_S", 0.3)
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -399,12 +399,12 @@ def test_a_writer_whose_store_stays_down_gives_up_after_down_s_and_then_tries_on
     calls = []
     real = client.log_batch
     monkeypatch.setattr(client, "log_batch", lambda *a, **k: (calls.append(len(k.get("metrics", []))), real(*a, **k)))
-    writer = writer_mod.RunWriter.attach(client, "0" * 32, reopen=False)
+    writer = run_writer.RunWriter.attach(client, "0" * 32, reopen=False)
     try:
         for epoch in range(1, 201):  # 2,000 values: two batches
             writer.log_metrics({f"train/m{i}": float(i) for i in range(10)}, step=epoch)
         writer.flush()
-        assert writer.lost == 2000 and batches.sender(client).down
+        assert writer.lost == 2000 and delivery.sender(client).down
         assert 2 <= len(calls) <= 21 and set(calls) == {1000}  # the first batch retried; the second never sent
         calls.clear()
         writer.log_metrics({"train/loss": 1.0}, step=201)
@@ -423,9 +423,9 @@ def test_a_stale_runs_replay_sends_the_points_its_series_stride_holds(tmp_path):
     job would have."""
     import json
 
-    from sweeps.tracking import replay
-    from sweeps.tracking.journal import JOURNAL
-    from sweeps.tracking.store import open_client
+    from sweeps.tracking.replay import replay
+    from sweeps.tracking.journal.journal import JOURNAL
+    from sweeps.tracking.store.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("stale")
@@ -442,8 +442,8 @@ def test_a_stale_runs_replay_sends_the_points_its_series_stride_holds(tmp_path):
 def test_a_config_that_ends_done_removes_its_killed_runs_folders(tmp_path):
     """A killed run's checkpoints and journal stay until a later run of the same config ends ok;
     then they go. A folder whose run is still RUNNING (another process) stays."""
-    from sweeps.tracking import resume
-    from sweeps.tracking.store import open_client
+    from sweeps.tracking.replay import resume
+    from sweeps.tracking.store.store import open_client
 
     client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("clear")

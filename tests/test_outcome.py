@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from sweeps.launch.process import outcome
+from sweeps.job import outcome
 from sweeps.errors import DeviceUnavailable
 
 

@@ -13,8 +13,8 @@ from conftest import TEST_CONF, cli_in_process
 from hydra.core.hydra_config import HydraConfig
 
 from sweeps import state
-from sweeps.launch import launchers
-from sweeps.launch.process import parent_run
+from sweeps import launchers
+from sweeps.job import parent_run
 
 ONE_JOB = ["model=mlp", "model.hidden=[8]", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=32",
            "dataset.test_size=8", "epochs=1", "telemetry.interval_s=0", "telemetry.figure=false", TEST_CONF]
@@ -119,8 +119,8 @@ def test_only_a_command_that_exits_after_its_one_job_skips_the_collection_for_a_
     time in a process holding torch) is for the next job in the same process. ``python -m sweeps``
     with one job has none and skips it; :func:`sweeps.run`'s process goes on after the command, and
     a sweep's jobs follow one another in it: they collect."""
-    from sweeps.launch.cli import command
-    from sweeps.launch.job import finish
+    from sweeps.sweep import command
+    from sweeps.job import finish
 
     freed: list = []
     monkeypatch.setattr(finish, "release_memory", lambda device=None: freed.append(device))

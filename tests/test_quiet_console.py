@@ -213,7 +213,7 @@ def test_the_smoke_presets_console_is_quiet_and_within_100_columns(tmp_path):
 
 
 def test_overrides_read_back_pair_by_pair_joined_by_spaces_or_by_hydras_commas():
-    from sweeps.tracking.naming import parse_overrides
+    from sweeps.tracking.writer.naming import parse_overrides
 
     pairs = [("experiment", "diabetes"), ("batch", "64")]
     assert parse_overrides("+experiment=diabetes batch=64") == pairs

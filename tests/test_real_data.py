@@ -42,7 +42,7 @@ def test_offline_mnist_preset(tmp_path, mnist_folder, monkeypatch):
     within the job, and the report's reference table has the time-to-target column and figure."""
     proc = run_cli(["-m", "+experiment=offline_mnist", f"dataset.folder={mnist_folder}"], tmp_path, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    from sweeps.tracking.naming import parse_overrides
+    from sweeps.tracking.writer.naming import parse_overrides
 
     jobs = {}
     for name, run in _jobs(tmp_path, "offline_mnist").items():

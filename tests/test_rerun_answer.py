@@ -1,7 +1,7 @@
 """The answer survives a rerun: a sweep whose jobs were skipped as done reports them from their
 earlier runs (summary, verdict, ``python -m sweeps.report``, ``sweeps.results``), in the sweep's
 order and at the sweep's price; and the same sweep started twice at once runs each configuration
-once (a claim per config hash, :func:`sweeps.tracking.resume.claim`)."""
+once (a claim per config hash, :func:`sweeps.tracking.replay.resume.claim`)."""
 from __future__ import annotations
 
 import os
@@ -98,7 +98,7 @@ def test_the_same_sweep_started_twice_at_once_runs_each_configuration_once(tmp_p
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from sweeps.tracking import resume
+    from sweeps.tracking.replay import resume
     held = resume.claim(sys.argv[1], "abc123")
     print("held" if held.held else "unclaimed", flush=True)
     time.sleep(120)
@@ -106,7 +106,7 @@ HOLDER = textwrap.dedent("""
 
 
 def test_a_claim_is_held_once_and_freed_when_its_holder_dies(tmp_path):
-    from sweeps.tracking import resume
+    from sweeps.tracking.replay import resume
 
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "checkpoints")], stdout=subprocess.PIPE,
                               text=True)

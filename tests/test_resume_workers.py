@@ -11,8 +11,9 @@ import pytest
 from PIL import Image
 
 from conftest import compose, runs, store
-from sweeps.launch.job import lifecycle as job
-from sweeps.launch.process import signals
+from sweeps import launchers
+from sweeps.job import lifecycle as job
+from sweeps.job import signals
 from sweeps.train.loop import Trainer
 
 
@@ -48,7 +49,7 @@ def test_resume_with_workers_reproduces_the_loss_curve(tmp_path, monkeypatch):
         straight, killed = tmp_path / "straight", tmp_path / "killed"
         straight.mkdir(), killed.mkdir()
         monkeypatch.chdir(straight)
-        assert job.run(compose(overrides)) == "ok"
+        assert job.run(compose(overrides), launchers.current()) == "ok"
         expected, _ = _curve(straight, overrides)
 
         monkeypatch.chdir(killed)
@@ -60,10 +61,10 @@ def test_resume_with_workers_reproduces_the_loss_curve(tmp_path, monkeypatch):
             return train_epoch(self, *args, **kwargs)
         monkeypatch.setattr(Trainer, "train_epoch", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            job.run(compose(overrides))
+            job.run(compose(overrides), launchers.current())
         monkeypatch.setattr(Trainer, "train_epoch", train_epoch)
         signals.install()  # the rerun: a new command, whose handlers have not seen a signal
-        assert job.run(compose(overrides)) == "ok"
+        assert job.run(compose(overrides), launchers.current()) == "ok"
         resumed, run = _curve(killed, overrides)
         assert run.data.tags["resumed"] == "true"
         assert resumed == expected  # bit for bit, epochs 4 and 5 included

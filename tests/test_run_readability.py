@@ -13,7 +13,7 @@ from conftest import TEST_CONF, TESTS, cli_in_process, compose, runs
 from fake_nvml import Clock, FakeNVML
 from sweeps import names
 from test_telemetry import _script
-from sweeps.tracking import inputs, naming
+from sweeps.tracking.writer import inputs, naming
 
 TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=64", "dataset.test_size=16", "epochs=1",
         "device=cpu", TEST_CONF]

@@ -204,7 +204,7 @@ def test_a_time_limit_requeues_and_resumes_in_the_same_run(requeue_sweep):
 
 
 def test_slurm_tags_come_from_the_variables_slurm_sets(monkeypatch):
-    from sweeps.launch.slurm import requeue as slurm
+    from sweeps.launchers.slurm import requeue as slurm
 
     for key in [k for k in os.environ if k.startswith("SLURM")]:
         monkeypatch.delenv(key)
@@ -219,7 +219,7 @@ def test_slurm_tags_come_from_the_variables_slurm_sets(monkeypatch):
 def test_gpus_per_job_follow_the_device(monkeypatch):
     from omegaconf import OmegaConf
 
-    from sweeps.launch.slurm import launcher as slurm_launcher
+    from sweeps.launchers.slurm import launcher as slurm_launcher
 
     def gpus(has_gpus: bool, **device) -> int:
         monkeypatch.setattr(slurm_launcher, "partition_has_gpus", lambda partition: has_gpus)
@@ -235,8 +235,8 @@ def test_sigusr2_checkpoints_at_the_epoch_end_or_gives_up_after_the_grace(tmp_pa
     import signal
 
     from sweeps.errors import Terminated
-    from sweeps.launch.process import signals
-    from sweeps.launch.slurm import requeue as slurm
+    from sweeps.job import signals
+    from sweeps.launchers.slurm import requeue as slurm
     from sweeps.train.checkpoint import Checkpoints
 
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGUSR2)}
@@ -279,7 +279,7 @@ def test_a_data_loader_worker_of_a_slurm_job_ignores_the_sigusr2_slurm_sends_eve
 
     from torch.utils.data import DataLoader
 
-    from sweeps.launch.slurm import requeue as slurm
+    from sweeps.launchers.slurm import requeue as slurm
 
     def one_epoch() -> list[int]:
         assert signal.getsignal(signal.SIGUSR2) is slurm._on_usr2  # the job's process acts on it
@@ -295,14 +295,14 @@ def test_a_data_loader_worker_of_a_slurm_job_ignores_the_sigusr2_slurm_sends_eve
 
 
 def test_the_grace_after_sigusr2_leaves_time_to_close_and_requeue():
-    from sweeps.launch.slurm import requeue as slurm
+    from sweeps.launchers.slurm import requeue as slurm
 
     assert slurm.grace_s(120) == 75 and slurm.grace_s(300) == 255  # 45 s kept for fsync, closing, requeue
     assert slurm.grace_s(10) == 5  # a short delay (the 1-minute-limit test): half of it
 
 
 def test_squeue_states_a_job_does_not_leave_end_the_wait(monkeypatch):
-    from sweeps.launch.slurm import launcher as slurm_launcher
+    from sweeps.launchers.slurm import launcher as slurm_launcher
 
     states = {"1_0": "PREEMPTED", "1_1": "SPECIAL_EXIT", "1_2": "REVOKED", "1_3": "RUNNING", "1_4": "REQUEUED",
               "1_5": "PENDING"}
@@ -336,7 +336,7 @@ def _slurm_launcher(overrides: list[str]):
     from omegaconf import OmegaConf
 
     import sweeps.config
-    from sweeps.launch.slurm.launcher import SlurmLauncher
+    from sweeps.launchers.slurm.launcher import SlurmLauncher
 
     sweeps.config.register()
     setup_globals()
@@ -357,7 +357,7 @@ def test_each_slurm_job_gets_the_gpus_of_its_own_device(monkeypatch, tmp_path):
     from hydra.core.utils import JobReturn, JobStatus
     from submitit.slurm.slurm import SlurmJob
 
-    from sweeps.launch.slurm import launcher as slurm_launcher
+    from sweeps.launchers.slurm import launcher as slurm_launcher
 
     monkeypatch.setattr(SlurmJob, "watcher", SlurmJob.watcher)  # launch() replaces it: restored after
     asked = []
@@ -406,8 +406,8 @@ def test_a_slurm_job_that_raised_is_an_error_one_that_came_back_empty_is_killed(
     from collections import Counter
 
     from sweeps import state
-    from sweeps.launch.process import outcome
-    from sweeps.launch.slurm import launcher as slurm_launcher
+    from sweeps.job import outcome
+    from sweeps.launchers.slurm import launcher as slurm_launcher
 
     lost = []
     monkeypatch.setattr(slurm_launcher, "_close_lost_run", lambda job_id, state: lost.append(job_id))

@@ -74,7 +74,7 @@ def test_help_lists_the_groups_options_and_presets_with_their_descriptions(tmp_p
             rows[group, name.rstrip("*")] = (name.endswith("*"), text.strip())
     for group in ("model", "dataset", "device", "optimizer", "lr_scaling", "schedule", "precision", "loss"):
         assert f"\n  {group}: " in page
-        for path in sorted((REPO / "conf" / group).glob("*.yaml")):
+        for path in sorted((REPO / "src" / "sweeps" / "conf" / group).glob("*.yaml")):
             description = catalog.first_comment(path.read_text())
             row = rows.get((group, path.stem), (False, ""))[1]
             assert description and row.startswith(description[:40]), (group, path.stem, row)
@@ -91,7 +91,7 @@ def test_help_lists_the_groups_options_and_presets_with_their_descriptions(tmp_p
 def test_a_tabular_job_imports_neither_torchvision_nor_mlflow(tmp_path, sweep):
     """torchvision (whose import pulls in torch._dynamo's 1.2 s) is imported only by the jobs
     that use it: image datasets and ResNet-50; the run still records its version. mlflow (1.2 s,
-    and 0.9 s to open its store) only by the store's own process (sweeps.tracking.store_service):
+    and 0.9 s to open its store) only by the store's own process (sweeps.tracking.service.connection):
     the job's run is whole all the same — and with ``-m`` the sweep's parent run too (its summary,
     shared params and verdict go through the same store process)."""
     proc, loaded = _imports(["-m"] * sweep + ["+experiment=diabetes", "batch=full", "epochs=1",

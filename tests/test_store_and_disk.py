@@ -155,10 +155,10 @@ def test_a_store_locked_longer_than_sqlites_default_wait_is_waited_for_quietly(t
     import threading
     import time
 
-    from sweeps.tracking.store import open_client, quiet_sqlite
-    from sweeps.tracking.run import RunWriter
+    from sweeps.tracking.store.store import open_client, quiet_sqlite
+    from sweeps.tracking.writer.run_writer import RunWriter
 
-    quiet_sqlite()  # as store_processes.prepare does before the first connection
+    quiet_sqlite()  # as registry.prepare does before the first connection
     db = tmp_path / "mlflow.db"
     client = open_client(f"sqlite:///{db}")
     experiment = client.create_experiment("locked")
@@ -191,13 +191,13 @@ def test_a_store_locked_for_30_s_mid_job_costs_the_job_retries_not_epochs(tmp_pa
     import time
 
     from sweeps import names
-    from sweeps.tracking import batches
-    from sweeps.tracking.journal import JOURNAL, EpochLog
-    from sweeps.tracking.run import RunWriter
-    from sweeps.tracking.store import open_client, quiet_sqlite
+    from sweeps.tracking.follower import delivery
+    from sweeps.tracking.journal.journal import JOURNAL, EpochLog
+    from sweeps.tracking.writer.run_writer import RunWriter
+    from sweeps.tracking.store.store import open_client, quiet_sqlite
 
-    monkeypatch.setattr(batches, "FLUSH_S", 0.2)
-    quiet_sqlite()  # as store_processes.prepare does before the first connection
+    monkeypatch.setattr(delivery, "FLUSH_S", 0.2)
+    quiet_sqlite()  # as registry.prepare does before the first connection
     db = tmp_path / "mlflow.db"
     client = open_client(f"sqlite:///{db}")
     writer = RunWriter(client, client.create_experiment("locked"), "job", None, {})
@@ -232,12 +232,13 @@ def _open_new_store(uri: str, as_job: bool, start, errors) -> None:
     """In a forked process: wait for the others, then open the store as a job or as a reader."""
     from omegaconf import OmegaConf
 
-    from sweeps.tracking import store as tracking_store, store_processes
+    from sweeps.tracking.store import store as tracking_store
+    from sweeps.tracking.service import registry
 
     start.wait()
     try:
         if as_job:
-            store_processes.prepare(OmegaConf.create({"mlflow": {"tracking_uri": uri, "experiment": "sweeps"}}))
+            registry.prepare(OmegaConf.create({"mlflow": {"tracking_uri": uri, "experiment": "sweeps"}}))
         else:
             tracking_store.open_client(uri).search_runs(["0"])
     except BaseException as e:  # noqa: BLE001 - the parent asserts on it
@@ -269,7 +270,7 @@ def test_sweeps_bounds_mlflows_http_retries_unless_the_user_set_them(monkeypatch
     as MLflow reads them; a value the user exported is kept."""
     from mlflow.environment_variables import MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR, MLFLOW_HTTP_REQUEST_MAX_RETRIES
 
-    from sweeps.tracking import http_policy
+    from sweeps.tracking.store import http_policy
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "")  # recorded, so the default set below is undone
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
@@ -289,7 +290,7 @@ def test_once_a_call_has_waited_out_every_retry_later_calls_try_once_until_one_i
 
     from mlflow import MlflowClient
 
-    from sweeps.tracking import http_policy
+    from sweeps.tracking.store import http_policy
 
     monkeypatch.setattr(http_policy, "_down", [])
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")

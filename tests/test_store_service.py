@@ -1,4 +1,4 @@
-"""The store's own process (sweeps.tracking.store_service): a job's store calls — run, params,
+"""The store's own process (sweeps.tracking.service.connection): a job's store calls — run, params,
 tags, metric batches, artifacts, dataset inputs, reads — answered by a real store process on a
 real sqlite store, read back with a plain MlflowClient; its errors; its death mid-job (nothing
 logged is lost); a store it cannot open; which command lines start one."""
@@ -22,13 +22,14 @@ from sweeps import names
 from sweeps.errors import UsageError
 from sweeps.telemetry import plot
 from sweeps.telemetry.sampler import Telemetry
-from sweeps.tracking import inputs, priority
-from sweeps.tracking.cursor import Cursor
-from sweeps.tracking.journal import JOURNAL, EpochLog
-from sweeps.tracking.store_client import RemoteClient, StoreError
-from sweeps.tracking.store_processes import _runs_jobs
-from sweeps.tracking.store_service import StoreService
-from sweeps.tracking.run import RunWriter
+from sweeps.tracking.writer import inputs
+from sweeps.tracking.follower import priority
+from sweeps.tracking.journal.cursor import Cursor
+from sweeps.tracking.journal.journal import JOURNAL, EpochLog
+from sweeps.tracking.service.client import RemoteClient, StoreError
+from sweeps.tracking.service.registry import _runs_jobs
+from sweeps.tracking.service.connection import StoreService
+from sweeps.tracking.writer.run_writer import RunWriter
 
 
 @pytest.fixture
@@ -147,8 +148,8 @@ def test_a_store_process_killed_mid_job_loses_nothing(service, caplog):
 
 JOB_THAT_DIES = """
 import os, signal, sys
-from sweeps.tracking.store_service import StoreService
-from sweeps.tracking.run import RunWriter
+from sweeps.tracking.service.connection import StoreService
+from sweeps.tracking.writer.run_writer import RunWriter
 
 service = StoreService()
 service.open(sys.argv[1], "exp")
@@ -226,7 +227,7 @@ def _parent(pid: int) -> int | None:
 
 
 def _store_processes(pid: int) -> list[int]:
-    """Store processes (``sweeps.tracking.store_process``, not their follower process) among the
+    """Store processes (``sweeps.tracking.service.server``, not their follower process) among the
     descendants of process ``pid``. A store process's own children are not searched: its one child
     is its background process, which between its fork and its exec still shows the store
     process's command line (a background process is restarted after the job hurried it)."""
@@ -242,7 +243,7 @@ def _store_processes(pid: int) -> list[int]:
                     argv = f.read().split(b"\0")
             except OSError:
                 continue
-            if b"sweeps.tracking.store_process" in argv:
+            if b"sweeps.tracking.service.server" in argv:
                 found.append(kid)
             else:
                 todo.append(kid)
@@ -307,7 +308,7 @@ def _follower_of(store_pid: int) -> int:
     while time.monotonic() < deadline:
         for kid in _children(store_pid):
             with open(f"/proc/{kid}/cmdline", "rb") as f:  # between its fork and its exec: the parent's
-                if b"sweeps.tracking.follower" in f.read().split(b"\0"):
+                if b"sweeps.tracking.follower.follower" in f.read().split(b"\0"):
                     return kid
         time.sleep(0.02)
     raise AssertionError(f"store process {store_pid} started no follower in 60 s")
@@ -500,7 +501,7 @@ def test_a_jobs_end_does_not_wait_for_a_starved_follower(tmp_path, monkeypatch):
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux: /proc/PID/task/TID/children")
 def test_slurms_sigusr2_to_every_process_of_the_job_step_leaves_the_store_processes_serving(service, caplog):
     # Slurm's --signal=USR2@delay reaches every process of the step; the job's own acts on it
-    # (sweeps.launch.slurm.requeue) and still needs its store to close the run and requeue
+    # (sweeps.launchers.slurm.requeue) and still needs its store to close the run and requeue
     client, experiment_id = service.opened()
     writer = RunWriter(client, experiment_id, "job", None, {})
     deadline = time.monotonic() + 60

@@ -164,7 +164,7 @@ def test_a_store_failing_while_the_sweep_opens_stops_it_in_one_line(tmp_path, mo
 @pytest.mark.slow  # a sweep whose store fails at its end: ~3 s
 def test_a_store_failing_while_the_sweep_closes_is_one_line_and_exit_1(tmp_path, monkeypatch):
     from conftest import cli_in_process
-    from sweeps.launch.cli import sweep
+    from sweeps.sweep import callback as sweep
 
     def broken(*args, **kwargs):
         raise OSError("disk I/O error")
@@ -182,7 +182,7 @@ def test_a_sweeps_jobs_share_one_composition_and_each_runs_its_own_config(tmp_pa
     """Hydra would compose a basic sweep's jobs in the whole-sweep check, again in its sweeper's
     validate_batch_is_legal and again in the launcher; the later two take the check's config, and
     jobs that differ only in values are derived from one composition of what they share
-    (sweeps.launch.cli.sweep_compose): 4 jobs, 2 compositions (the first job, checked against
+    (sweeps.sweep.compose): 4 jobs, 2 compositions (the first job, checked against
     the shared one) — and each job still runs its own values."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
@@ -212,7 +212,7 @@ def test_the_import_ahead_thread_drops_a_failed_import_without_a_traceback(capfd
     and a real failure raises again in the first job."""
     import threading
 
-    from sweeps.launch.cli import sweep
+    from sweeps.sweep import callback as sweep
 
     thread = threading.Thread(target=sweep._import_quietly, args=("sweeps_no_such_module_here",))
     thread.start()

@@ -1,5 +1,5 @@
 """A sweep's job configs derived from one Hydra composition per family of plain-value jobs
-(sweeps.launch.cli.sweep_compose): each the config Hydra itself composes for that job, with real
+(sweeps.sweep.compose): each the config Hydra itself composes for that job, with real
 Hydra on the project's conf/; Hydra's own composition wherever deriving would differ or fails."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import TESTS
-from sweeps.launch.cli.sweep_compose import JobComposer
+from sweeps.sweep.compose import JobComposer
 
 SEARCH = f"hydra.searchpath=[file://{TESTS / 'conf'}]"
 BASE = ["model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]", "device=cpu"]

@@ -19,7 +19,7 @@ from sweeps.provenance import machine
 from sweeps.telemetry import nvml as telemetry_nvml
 from sweeps.telemetry.sampler import Telemetry, for_job
 from sweeps.telemetry.plot import MAX_SHADED_EPOCHS, figure, render
-from sweeps.launch.job.finish import FIGURE_MIN_SAMPLES
+from sweeps.job.finish import FIGURE_MIN_SAMPLES
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sweeps import names
-from sweeps.launch.job.summary import summary_row
+from sweeps.job.summary import summary_row
 from sweeps.console import summary_table
 from sweeps.train import timing
 from sweeps.train.loop import summarize

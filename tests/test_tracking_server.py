@@ -17,7 +17,7 @@ import requests
 from mlflow import MlflowClient
 
 from conftest import TEST_CONF, run_cli
-from sweeps.tracking.series import stride
+from sweeps.tracking.follower.series import stride
 
 START_S = 90  # bounded wait for /health (a busy 2-core machine starts the server in ~10-30 s)
 REPO = Path(__file__).resolve().parents[1]
@@ -175,10 +175,10 @@ def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_back
     """The follower's beat follows the server: sends that take over 0.5 s stretch it well past the
     quick 2 s (fewer, larger batches), a server that drops every connection for a while is waited
     out, and every value of every epoch reaches the store exactly once."""
-    from sweeps.tracking import batches
-    from sweeps.tracking.batches import FLUSH_S
-    from sweeps.tracking.journal import JOURNAL, EpochLog
-    from sweeps.tracking.run import RunWriter
+    from sweeps.tracking.follower import delivery
+    from sweeps.tracking.follower.delivery import FLUSH_S
+    from sweeps.tracking.journal.journal import JOURNAL, EpochLog
+    from sweeps.tracking.writer.run_writer import RunWriter
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the sender's own retries, not urllib3's
     uri, _ = wal_server
@@ -188,7 +188,7 @@ def test_a_slow_then_restarting_server_gets_every_value_once_and_the_writer_back
         writer = RunWriter(client, client.create_experiment("slow"), "job", None, {})
         writer.keep_in(tmp_path / "run")
         log = EpochLog(writer, tmp_path / "run" / JOURNAL, regression=False)
-        cadence = batches.sender(client).cadence  # the follower's (a thread here: an in-process client)
+        cadence = delivery.sender(client).cadence  # the follower's (a thread here: an in-process client)
         sends = []  # seconds each of the follower's sends took, as its cadence is told
         noted = cadence.sent
         cadence.sent = lambda seconds, values, batch: (values and sends.append(seconds), noted(seconds, values, batch))
@@ -315,7 +315,7 @@ def test_a_follower_asks_a_server_for_its_batchs_steps_not_every_metrics_whole_h
     sample (2,500 rows or more) is still answered exactly, from the whole history."""
     from mlflow.entities import Metric
 
-    from sweeps.tracking.follower import held_steps
+    from sweeps.tracking.follower.follower import held_steps
 
     uri, _ = wal_server
     client = MlflowClient(uri)

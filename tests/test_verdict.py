@@ -129,7 +129,7 @@ def study5(tmp_path):
 def test_study5_verdict_states_the_crossover_and_the_money(study5):
     tmp_path, uri, parent = study5
     from sweeps.report.runs import load_jobs
-    from sweeps.tracking.store import open_client
+    from sweeps.tracking.store.store import open_client
 
     client = open_client(uri)
     rows = verdict.findings(load_jobs(client, client.get_run(parent)))
@@ -153,8 +153,8 @@ def test_study5_verdict_states_the_crossover_and_the_money(study5):
 def test_the_verdict_is_on_the_sweeps_parent_run(study5):
     from mlflow import MlflowClient
 
-    from sweeps.launch.cli.sweep import record_verdict
-    from sweeps.tracking import store
+    from sweeps.sweep.callback import record_verdict
+    from sweeps.tracking.store import store
 
     _, uri, parent = study5
     client = MlflowClient(uri)

@@ -11,10 +11,10 @@ from mlflow.exceptions import MlflowException
 
 from conftest import runs, store
 from sweeps import names
-from sweeps.tracking.store import open_client
-from sweeps.tracking import batches
-from sweeps.tracking.journal import EpochLog, read_journal
-from sweeps.tracking.run import RunWriter
+from sweeps.tracking.store.store import open_client
+from sweeps.tracking.follower import delivery
+from sweeps.tracking.journal.journal import EpochLog, read_journal
+from sweeps.tracking.writer.run_writer import RunWriter
 
 
 def _client(tmp_path) -> tuple[MlflowClient, str]:
@@ -81,7 +81,7 @@ def test_the_journal_keeps_every_epoch_and_a_torn_last_line_is_ignored(tmp_path)
 def test_replay_sends_what_a_dead_process_had_not_shipped_exactly_once(tmp_path):
     """A job journaled epochs 1-6, its follower shipped 1-2 (the cursor says so) and the process
     died: a replay sends 3-6 (two metrics each), a second replay nothing."""
-    from sweeps.tracking import follower
+    from sweeps.tracking.follower import follower
 
     client, exp = _client(tmp_path)
     first = RunWriter(client, exp, "job", None, {})
@@ -89,7 +89,7 @@ def test_replay_sends_what_a_dead_process_had_not_shipped_exactly_once(tmp_path)
     log = EpochLog(None, folder / "epochs.jsonl", regression=False)
     for rec in _records(2):
         log.append(rec)
-    follower.Followed(first.run_id, str(folder)).ship(client, batches.sender(client), final=True)
+    follower.Followed(first.run_id, str(folder)).ship(client, delivery.sender(client), final=True)
     for rec in _records(6)[2:]:
         log.append(rec)
     log.close()
@@ -103,7 +103,7 @@ def test_replay_sends_what_a_dead_process_had_not_shipped_exactly_once(tmp_path)
 
 
 def test_a_busy_store_is_retried_and_nothing_is_lost(tmp_path, monkeypatch):
-    monkeypatch.setattr(batches, "RETRIES", (0.01, 0.01, 0.01))
+    monkeypatch.setattr(delivery, "RETRIES", (0.01, 0.01, 0.01))
     client, exp = _client(tmp_path)
     w = RunWriter(client, exp, "job", None, {})
     real, failures = client.log_batch, iter(range(2))
@@ -221,7 +221,7 @@ def test_series_points_caps_the_run_series_on_a_round_stride(in_process, tiny, t
     (1, None, 10**6, 1), (1, 3, 10**8, 5 * 10**7),
 ])
 def test_the_series_stride_is_the_round_number_that_keeps_it_under_series_points(every, points, epochs, stride):
-    from sweeps.tracking.series import stride as series_stride, stride_of_run
+    from sweeps.tracking.follower.series import stride as series_stride, stride_of_run
 
     assert series_stride(every, points, epochs) == stride
     params = {"mlflow.log_every_epochs": str(every), "mlflow.series_points": str(points), "epochs": str(epochs)}
@@ -235,7 +235,7 @@ def test_the_series_stride_is_the_round_number_that_keeps_it_under_series_points
 def test_a_capped_stride_lands_on_evaluated_epochs(eval_every, stride):
     # 10,000 epochs at series_points=320: a stride of 50 alone would keep one evaluation in 350
     # epochs at eval.every_epochs=7; the curve of test/… values keeps ~as many points as train/…
-    from sweeps.tracking.series import stride as series_stride, stride_of_run
+    from sweeps.tracking.follower.series import stride as series_stride, stride_of_run
 
     assert series_stride(1, 320, 10_000, eval_every) == stride
     params = {"mlflow.log_every_epochs": "1", "mlflow.series_points": "320", "epochs": "10000",
@@ -244,7 +244,7 @@ def test_a_capped_stride_lands_on_evaluated_epochs(eval_every, stride):
 
 
 def test_the_series_cap_thins_evaluated_epochs_too_and_log_every_epochs_alone_does_not():
-    from sweeps.tracking.series import in_series, of_run
+    from sweeps.tracking.follower.series import in_series, of_run
 
     evaluated = [{"epoch": e, "train/loss": 1.0, "test/rmse": 1.0} for e in range(1, 10_001)]
     every, each_evaluated = of_run({"mlflow.log_every_epochs": "1", "mlflow.series_points": "320",
@@ -265,14 +265,14 @@ def test_the_series_cap_thins_evaluated_epochs_too_and_log_every_epochs_alone_do
 ])
 def test_the_console_says_once_where_every_epoch_is_when_the_default_series_thins_it(epochs, line):
     from conftest import compose
-    from sweeps.tracking.series import console_line
+    from sweeps.tracking.follower.series import console_line
 
     assert console_line(compose(["+experiment=diabetes", "batch=full", f"epochs={epochs}"])) == line
     assert line is None or len(line) <= 100  # one console line
 
 
 def test_a_series_stride_of_bad_settings_is_refused():
-    from sweeps.tracking.series import stride
+    from sweeps.tracking.follower.series import stride
 
     for every, points, eval_every in ((0, None, 1), (1, 0, 1), (1, 320, 0)):
         with pytest.raises(ValueError, match="use 1 or more"):

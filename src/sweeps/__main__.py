@@ -1,9 +1,9 @@
-"""``python -m sweeps``: see :mod:`sweeps.launch.cli`.
+"""``python -m sweeps``: see :mod:`sweeps.sweep`.
 
 The signal handlers go in before anything heavy is imported: Hydra and the config package take
 a second to import, and a SIGINT in that time (Ctrl-C, or ``kill -INT`` of a background job,
 which inherits SIGINT ignored) must stop the process, not be lost. It is noted here and acted on
-once the command line is loaded (:func:`sweeps.launch.cli.command.cli`: one line, 130 or 143),
+once the command line is loaded (:func:`sweeps.sweep.command.cli`: one line, 130 or 143),
 not raised into the imports: an exception raised there can land in a finalizer, where Python
 swallows it ("Exception ignored in …"), and the process went on with half-built objects
 (seen as ``'NoneType' object has no attribute '_invalidate_flags_cache'``, exit 2). A crash in
@@ -37,7 +37,7 @@ def main() -> None:
     faulthandler.enable()  # SIGSEGV, SIGFPE, SIGABRT, SIGBUS, SIGILL: the stacks, then the usual death
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _noted_early)  # until the CLI installs the sweep's own handlers
-    from sweeps.launch.cli.command import cli
+    from sweeps.sweep.command import cli
 
     try:
         cli(early=_EARLY, process_exits=True)
@@ -79,7 +79,7 @@ def _stop_pool() -> None:
     """End the workers of joblib's process pool where this process has one (``hydra/launcher=
     gpu_pool``, ``joblib``): every job is done, so each is told to stop and waited for up to
     :data:`POOL_EXIT_S`; one still there then is killed, the worker alone — its store process
-    answers what it was sent, then exits (:mod:`sweeps.tracking.store_process`), where loky's own
+    answers what it was sent, then exits (:mod:`sweeps.tracking.service.server`), where loky's own
     kill takes the whole process tree. A worker SIGKILLed while it held the pool's queue lock
     (waiting for its next job) leaves the others blocked on that lock for good, and loky's
     shutdown at the interpreter's exit waits for them (joblib/loky#348, #437; ``scripts/chaos.py``

@@ -40,7 +40,7 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
         KeyboardInterrupt: Ctrl-C (the interrupted job's run is closed ``killed`` first).
     """
     from sweeps import state
-    from sweeps.launch.cli import command
+    from sweeps.sweep import command
 
     args = (["-m"] if multirun else []) + list(overrides)
     if config_dir is not None:
@@ -65,7 +65,7 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
 
 
 def call_cli(entry) -> int:
-    """Call the command line's ``entry`` (:func:`sweeps.launch.cli.command.cli`) and return its exit status."""
+    """Call the command line's ``entry`` (:func:`sweeps.sweep.command.cli`) and return its exit status."""
     try:
         entry()
     except SystemExit as e:

@@ -33,7 +33,7 @@ class DeviceUnavailable(Exception):
 
 class RankFailed(RuntimeError):
     """A data-parallel rank (another process) failed, or died without saying why: raised in the job
-    process by :func:`sweeps.launch.placement.ddp.first_failure`, its text the rank's own error. A CUDA error
+    process by :func:`sweeps.job.ddp.first_failure`, its text the rank's own error. A CUDA error
     in that text, sticky or not, happened in the rank's process: the job process's CUDA is fine."""
 
 

@@ -91,9 +91,9 @@ ENV_POWER_LIMIT_W, ENV_DRIVER, ENV_CUDA = "env.power_limit_w", "env.driver", "en
 ENV_CUDA_DRIVER, ENV_CUDNN, ENV_TORCH, ENV_TORCHVISION = "env.cuda_driver", "env.cudnn", "env.torch", "env.torchvision"
 ENV_PYTHON, ENV_GIT_COMMIT = "env.python", "env.git_commit"
 
-# ── how runs read in the MLflow UI (sweeps.tracking.naming, .inputs) ────────────────────────
+# ── how runs read in the MLflow UI (sweeps.tracking.writer.naming, .inputs) ────────────────────────
 # MLflow's own tag names and value limits (mlflow.utils.mlflow_tags, mlflow.utils.validation), written out
-# so a job's process never imports mlflow for them (its store calls run in sweeps.tracking.store_process);
+# so a job's process never imports mlflow for them (its store calls run in sweeps.tracking.service.server);
 # tests/test_names.py checks each against MLflow's.
 MLFLOW_RUN_NOTE = "mlflow.note.content"  # a run's description (markdown)
 MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE = "mlflow.source.name", "mlflow.source.type"
@@ -135,7 +135,7 @@ MACHINE_TAGS = (ENV_HOST, ENV_CPU, ENV_CORES, ENV_PHYSICAL_CORES, ENV_RAM_GB, EN
 SOFTWARE_TAGS = (ENV_TORCH, ENV_TORCHVISION, ENV_CUDA, ENV_CUDNN, ENV_DRIVER, ENV_CUDA_DRIVER, ENV_PYTHON,
                  ENV_GIT_COMMIT, DATA_TAG)
 
-# ── Slurm (hydra/launcher=slurm, sweeps.launch.slurm): which Slurm job ran a run ─────────────
+# ── Slurm (hydra/launcher=slurm, sweeps.launchers.slurm): which Slurm job ran a run ─────────────
 SLURM_JOB_TAG = "slurm.job_id"  # <array job id>_<index> for an array task: what squeue and scancel take
 SLURM_ARRAY_INDEX_TAG = "slurm.array_index"  # the task's index in its array (array jobs only)
 SLURM_NODE_TAG, SLURM_PARTITION_TAG = "slurm.node", "slurm.partition"

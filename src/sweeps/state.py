@@ -2,12 +2,12 @@
 reached through one accessor (:func:`current`) and replaced by each entry point
 (:func:`begin_command`: ``python -m sweeps``, :func:`sweeps.run`).
 
-Here, not in :mod:`sweeps.launch`: the training code (:mod:`sweeps.train.memory`) notes a lost
+Here, not in :mod:`sweeps.job`: the training code (:mod:`sweeps.train.memory`) notes a lost
 CUDA context in it too, and nothing in ``train`` may import ``launch``. This module imports
 nothing of sweeps, so every layer may reach it.
 
 Environment variables are no channel inside one process: the sweep's parent run and swept keys
-live in :attr:`ProcessState.sweep` (:mod:`sweeps.launch.process.parent_run` also exports them, for
+live in :attr:`ProcessState.sweep` (:mod:`sweeps.job.parent_run` also exports them, for
 the jobs that launchers run in child processes).
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ class ProcessState:
     - ``held``: the automatic speed choices a sweep holds constant, decided by the first job of
       each key and reused by the later ones: ``{(sweep's parent run id, model, dataset, device
       type): choice}`` (the torch thread count: :func:`sweeps.train.speed.threads_held_for_sweep`);
-    - ``job_kinds``: the console's time left by kind of job (:mod:`sweeps.launch.job.progress`):
+    - ``job_kinds``: the console's time left by kind of job (:mod:`sweeps.job.progress`):
       ``plan``, the kind of each job the running sweep launches, in order; ``running``, the kind
       of the job running now; ``times``, {kind: wall times (s) of the jobs of it this process ran}.
     """

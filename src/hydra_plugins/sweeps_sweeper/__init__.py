@@ -1,8 +1,8 @@
 """``hydra/sweeper=sweeps`` (conf/hydra/sweeper/sweeps.yaml, the default): Hydra instantiates
 sweepers only from the ``hydra_plugins`` namespace, so the class it names lives here; all of it
-is :class:`sweeps.launch.cli.interleave.InterleavingSweeper`."""
-from sweeps.launch.cli.interleave import InterleavingSweeper as _InterleavingSweeper
+is :class:`sweeps.sweep.interleave.InterleavingSweeper`."""
+from sweeps.sweep.interleave import InterleavingSweeper as _InterleavingSweeper
 
 
 class InterleavingSweeper(_InterleavingSweeper):
-    """See :class:`sweeps.launch.cli.interleave.InterleavingSweeper`."""
+    """See :class:`sweeps.sweep.interleave.InterleavingSweeper`."""

@@ -73,7 +73,7 @@ def validate(cfg: DictConfig) -> None:
     if trim_mb is not None and not 1 <= trim_mb <= 2047:
         raise UsageError(f"device.malloc_trim_mb={trim_mb} is not valid: use 1 to 2047 MB of freed heap to keep, "
                          "or null (glibc's own default)")
-    if cfg.device.name == "ddp":  # data parallel: see sweeps.launch.placement.ddp
+    if cfg.device.name == "ddp":  # data parallel: see sweeps.job.ddp
         _validate_ddp(cfg)
     checkpoints = Path(str(cfg.checkpoint.dir)).expanduser()
     if checkpoints.exists() and not checkpoints.is_dir():

@@ -33,7 +33,7 @@ def name_the_experiment() -> None:
     """Hydra's config loader fills ``mlflow.experiment`` (:func:`fill_experiment`) at the end of
     each composition. Hydra 1.3 has no hook for it (``Callback.on_compose_config`` is not in a
     1.3 release), so its ``load_configuration`` is wrapped, as :mod:`sweeps.config.schema` and
-    :mod:`sweeps.launch.cli.compose_once` adapt other parts of it. Idempotent."""
+    :mod:`sweeps.sweep.compose_once` adapt other parts of it. Idempotent."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
     load = ConfigLoaderImpl.load_configuration

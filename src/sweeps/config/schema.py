@@ -155,8 +155,8 @@ def register() -> None:
     :func:`_share_the_store_in_copies` and :func:`sweeps.config.presets.name_the_experiment`."""
     _share_the_store_in_copies()
     presets.name_the_experiment()
-    if not OmegaConf.has_resolver("repo_dir"):  # ${repo_dir:}: the checkout holding conf/
-        OmegaConf.register_new_resolver("repo_dir", lambda: str(CONF_DIR.resolve().parent))
+    if not OmegaConf.has_resolver("repo_dir"):  # ${repo_dir:}: the checkout holding src/sweeps/conf
+        OmegaConf.register_new_resolver("repo_dir", lambda: str(CONF_DIR.resolve().parents[2]))
     if not OmegaConf.has_resolver("sweeps_help"):  # ${sweeps_help:groups}: --help's lists (conf/hydra/help)
         OmegaConf.register_new_resolver("sweeps_help", catalog.help_section)
     cs = ConfigStore.instance()

@@ -24,7 +24,7 @@ from sweeps.report.runs import find_sweep, history, load_jobs, max_batches, reso
 from sweeps.report.tables import (COMPARE_KEYS, comparison, inference_table, max_batch_table, reference_tables,
                                   scaling_efficiency)
 from sweeps.report.selection import Selection, select_jobs
-from sweeps.tracking.store import open_client, resolve_uri
+from sweeps.tracking.store.store import open_client, resolve_uri
 
 
 def write_report(client: MlflowClient, parent, out: Path, args: argparse.Namespace | None = None) -> Path:

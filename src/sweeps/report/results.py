@@ -10,7 +10,7 @@ from mlflow import MlflowClient
 from sweeps import names
 from sweeps.report.runs import JobRecord, find_sweep, job_from_run, load_jobs, max_batches, sweep_runs
 from sweeps.report.selection import Selection, select_jobs
-from sweeps.tracking import store
+from sweeps.tracking.store import store
 
 # The report's figures per job (reference table, inference and max_batch tables), in its order.
 COLUMNS = (names.FIRST_EPOCH_S, names.MEDIAN_EPOCH_S, names.TOTAL_S, names.FINAL_ACC, names.FINAL_RMSE,

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sweeps import names
-from sweeps.tracking import store
-from sweeps.tracking.naming import parse_overrides
+from sweeps.tracking.store import store
+from sweeps.tracking.writer.naming import parse_overrides
 
 if TYPE_CHECKING:  # a sweep's end reads its jobs through its store process's client: no mlflow import there
     from mlflow import MlflowClient

@@ -7,5 +7,5 @@ from :data:`~sweeps.tasks.base.REGISTRY`; each has one interface (``prepare``, `
 - ``max_batch`` (:mod:`sweeps.tasks.max_batch`): the largest batch that fits.
 
 Imports: :mod:`sweeps.train`, :mod:`sweeps.data`, :mod:`sweeps.models`, :mod:`sweeps.telemetry`,
-:mod:`sweeps.tracking` (the run writer and console), :mod:`sweeps.config`; never :mod:`sweeps.launch`.
+:mod:`sweeps.tracking` (the run writer and console), :mod:`sweeps.config`; never the launching packages (:mod:`sweeps.sweep`, :mod:`sweeps.launchers`, :mod:`sweeps.job`, :mod:`sweeps.placement`).
 """

@@ -1,6 +1,6 @@
 """The task interface and its registry: ``task=NAME`` → one :class:`Task` subclass.
 
-A task is driven by the job context (:class:`sweeps.launch.job.lifecycle.JobRun`) in three steps:
+A task is driven by the job context (:class:`sweeps.job.lifecycle.JobRun`) in three steps:
 
 1. :meth:`Task.prepare` — before any device is claimed or run opened: build the data and derive
    the global batch size and the scaled learning rate (bad input raises ``UsageError`` here);

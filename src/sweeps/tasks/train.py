@@ -6,7 +6,7 @@ MFU, compilation kept out of the timer, resume from a checkpoint, a checkpoint w
 (outside the timed epoch), and the job-level summary.
 
 Under ``device=ddp`` every rank runs :meth:`TrainTask.run` with a rank-side job
-(:class:`sweeps.launch.placement.rank.RankRun`): the ranks' epoch records are gathered and reduced after
+(:class:`sweeps.job.rank.RankRun`): the ranks' epoch records are gathered and reduced after
 each epoch (:func:`sweeps.train.distributed.gather_epoch`), so every rank sees the same record and
 takes the same decisions (a diverged loss); only rank 0's job logs, journals and checkpoints.
 """
@@ -31,7 +31,7 @@ from sweeps.train.loop import summarize
 from sweeps.train.optim import describe as describe_optimizer
 from sweeps.train.speed import one_thread_for_small_steps, threads_held_for_sweep
 from sweeps.time_to_target import met, to_target
-from sweeps.tracking.store import PARENT_RUN_ENV
+from sweeps.tracking.store.store import PARENT_RUN_ENV
 
 log = logging.getLogger("sweeps")
 

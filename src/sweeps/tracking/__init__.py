@@ -1,20 +1,22 @@
-"""Tracking: how a job's numbers reach MLflow, in four boxes — job → journal → follower → MLflow.
+"""Tracking: how a job's numbers reach MLflow, in six boxes, one sub-package each, flowing one way
+(``pyproject.toml``'s import-linter contract holds it):
 
-The modules by role:
-
-- the job's side: ``run`` (:class:`~sweeps.tracking.run.RunWriter`, the job's MLflow run),
-  ``journal`` (each epoch, one line of ``epochs.jsonl``), ``records`` (params, tags, texts:
-  ``run.jsonl``), ``series`` (which epochs make the MLflow series), ``naming`` and ``inputs``
-  (how a run reads in the MLflow UI);
-- the follower: ``follower`` (tails a run's journal and ships it from the run's cursor),
-  ``shipping`` (where runs are shipped from, and a job's end draining its run), ``cursor``
-  (``shipped.json`` and the run's ship lock), ``batches`` (``log_batch`` with retries),
-  ``held`` (which epochs the store holds), ``cadence``, ``priority``;
-- the store: ``store`` (opening it safely), ``new_store``, ``http_policy``, ``entities``, and the
-  store's own process: ``store_processes`` (which commands start one) → ``store_service`` (the
-  job's pipe to it) → ``store_process`` (the process), ``store_client`` (the client a job holds);
-- a later start: ``resume`` (a job's config hash and its earlier run), ``replay`` (runs nobody
-  closed, closed with what their jobs left).
+- :mod:`~sweeps.tracking.replay` — a later start: ``resume`` (a job's config hash and its earlier
+  run), ``replay`` (runs nobody closed, closed with what their jobs left);
+- :mod:`~sweeps.tracking.writer` — the job's side: ``run_writer``
+  (:class:`~sweeps.tracking.writer.run_writer.RunWriter`, the job's MLflow run), ``records``
+  (params, tags, texts journaled: ``run.jsonl``), ``naming`` and ``inputs`` (how a run reads in
+  the MLflow UI);
+- :mod:`~sweeps.tracking.service` — the store in a process of its own: ``registry`` (which
+  commands start one) → ``connection`` (the job's pipe to it) → ``server`` (the process),
+  ``client`` (the client a job holds);
+- :mod:`~sweeps.tracking.follower` — ships each run's journal from its cursor at the lowest
+  priority: ``follower``, ``shipping``, ``delivery`` (``log_batch`` with retries), ``held``,
+  ``series``, ``cadence``, ``priority``;
+- :mod:`~sweeps.tracking.journal` — ``journal`` (each epoch, one line of ``epochs.jsonl``) and
+  ``cursor`` (``shipped.json`` and the run's ship lock);
+- :mod:`~sweeps.tracking.store` — ``store`` (opening it safely), ``create``, ``http_policy``,
+  ``entities``.
 
 What a number was measured on (the ``env.*`` tags, the user's code) is :mod:`sweeps.provenance`'s;
 the console's lines and tables are :mod:`sweeps.console`'s.

@@ -35,7 +35,7 @@ def is_sticky_cuda_error(exc: BaseException) -> bool:
 
 def note_cuda_lost(line: str) -> None:
     """Remember that this process's CUDA context is lost (``line`` says how); later CUDA work in it
-    is refused (:func:`sweeps.launch.placement.device.resolve_device`) and memory is no longer
+    is refused (:func:`sweeps.placement.device.resolve_device`) and memory is no longer
     released. Kept in this process's state (:attr:`sweeps.state.ProcessState.cuda_lost`)."""
     state = current()
     state.cuda_lost = state.cuda_lost or line

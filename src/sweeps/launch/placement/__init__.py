@@ -1,1 +1,0 @@
-"""Where a job runs: device resolution and compiler preflight, the GPU pool, data-parallel ranks."""

@@ -1,0 +1,2 @@
+"""Where a job runs: ``device`` (device resolution, driver and compiler preflight, the
+data-parallel backend) and ``gpu_pool`` (one job per GPU, claimed by lock files)."""
