@@ -32,6 +32,7 @@ import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 
 from sweeps.data.builtin import CIFAR10_STATS, MNIST_STATS
+from sweeps.data.indexed import IndexedBatches
 from sweeps.errors import UsageError
 
 PAD = 4  # pixels of zero padding around each image before the random crop (as the DataLoader path)
@@ -98,7 +99,7 @@ def resident(ds: Dataset) -> Resident:
     return out
 
 
-class DeviceBatches:
+class DeviceBatches(IndexedBatches):
     """Batches of ``(x, y)`` cut from tensors resident on ``device``.
 
     Args:
@@ -128,17 +129,13 @@ class DeviceBatches:
                                    for s in data.stats)
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
-    def __len__(self) -> int:
-        return -(-self.n // self.batch_size)
+    def whole(self) -> tuple | None:
+        """The stored features as one batch; images are always cut (each batch is normalised)."""
+        return (self.x, self.y) if self.mean is None else None
 
-    def __iter__(self):
-        if self.batch_size >= self.n and self.mean is None:  # full batch of stored features: its
-            yield self.x, self.y  # mean gradient does not depend on the order, so no permutation or copy
-            return
-        order = (torch.randperm(self.n, generator=self.generator, device=self.device) if self.shuffle
-                 else torch.arange(self.n, device=self.device))
-        for start in range(0, self.n, self.batch_size):
-            yield self.take(order[start:start + self.batch_size])
+    def in_order(self, start: int, stop: int) -> torch.Tensor:
+        """The stored order as an index on the device (the images' gather takes an index)."""
+        return torch.arange(start, min(stop, self.n), device=self.device)
 
     def take(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The examples ``idx`` (int64 on the device) as one batch ``(x, y)``, augmented and

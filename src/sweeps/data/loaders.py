@@ -8,6 +8,8 @@ import torch
 from omegaconf import DictConfig
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset, get_worker_info
 
+from sweeps.data.indexed import IndexedBatches
+
 
 def in_memory(ds: Dataset) -> bool:
     """Whether ``ds`` is tensors in memory (a TensorDataset, or a seeded subset of one)."""
@@ -71,7 +73,7 @@ def describe_workers(cfg: DictConfig, device: torch.device, train: Dataset | Non
             f"thread(s), {device.type} training); {trains}")
 
 
-class TensorBatches:
+class TensorBatches(IndexedBatches):
     """Batches sliced from in-memory tensors with one gather each — a DataLoader would call
     ``__getitem__`` and collate per example, which dominates the step for tabular data (a full
     batch of 10⁶ rows: 10⁶ Python calls). Reshuffled every epoch from a seeded generator.
@@ -91,17 +93,9 @@ class TensorBatches:
         if pin and batch >= self.n:
             self.tensors = tuple(t.pin_memory() for t in self.tensors)
 
-    def __len__(self) -> int:
-        return -(-self.n // self.batch_size)
-
-    def __iter__(self):
-        if self.batch_size >= self.n:  # full batch: its mean gradient does not depend on the order,
-            yield self.tensors  # so no permutation and no copy (study 5: 10,000 epochs of one step)
-            return
-        order = torch.randperm(self.n, generator=self.generator) if self.shuffle else None
-        for start in range(0, self.n, self.batch_size):
-            yield self.take(order[start:start + self.batch_size] if order is not None
-                            else slice(start, start + self.batch_size))
+    def whole(self) -> tuple:
+        """The stored tensors, pinned once for a CUDA job: no gather or copy per epoch."""
+        return self.tensors
 
     def take(self, pick) -> tuple:
         """The examples ``pick`` (an index tensor or a slice) as ``(x, y)``; a data-parallel rank
