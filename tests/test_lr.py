@@ -84,3 +84,14 @@ def test_a_sweep_over_batch_trains_at_the_lr_as_written(tmp_path):
         assert run.data.metrics["lr"] == 0.05 and run.data.tags["lr.source"] == "lr 0.05 (as written, no scaling)"
         history = store(tmp_path).get_metric_history(run.info.run_id, "train/lr")
         assert len(history) == 2 and all(math.isclose(m.value, 0.05) for m in history)
+
+
+def test_a_base_lr_job_logs_no_param_for_the_lr_it_does_not_set():
+    """A job whose lr comes from ``optimizer.base_lr`` logs that param, and no ``optimizer.lr``
+    param reading "None"; a job that sets ``optimizer.lr`` logs it."""
+    from sweeps.tracking.store.store import flatten
+
+    scaled = flatten(_compose(["optimizer=sgd", "batch=64"]))
+    assert "optimizer.lr" not in scaled and scaled["optimizer.base_lr"] == "0.1"
+    fixed = flatten(_compose(["optimizer=sgd", "optimizer.lr=0.05", "optimizer.base_lr=null"]))
+    assert fixed["optimizer.lr"] == "0.05" and "optimizer.base_lr" not in fixed

@@ -218,13 +218,16 @@ def _experiment(client: MlflowClient, name: str) -> tuple[MlflowClient, str]:
 
 def flatten(cfg: DictConfig, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """The resolved config as ``{dotted.key: str(value)}`` (lists kept whole, e.g. ``[64, 128]``),
-    without the top-level nodes ``skip``."""
+    without the top-level nodes ``skip``, and without an lr that is not set
+    (:data:`sweeps.names.LR_PARAMS` at null: a ``base_lr`` job logs no ``optimizer.lr``)."""
     out: dict[str, str] = {}
 
     def walk(node: Any, prefix: str) -> None:
         if isinstance(node, dict):
             for k, v in node.items():
                 walk(v, f"{prefix}{k}.")
+            return
+        if node is None and prefix[:-1] in names.LR_PARAMS:
             return
         out[prefix[:-1]] = str(node)[:names.MAX_PARAM_VAL_LENGTH]
 
