@@ -241,7 +241,7 @@ def serve() -> None:
         follower = Follower(store.open_store(uri, experiment)[0])
         Connection(ready_fd, readable=False).send_bytes(b"!")  # from now on a drain waits for it
         while True:
-            if inbox.poll(follower.delivery.cadence.wait_s()):
+            if inbox.poll(follower.sender.cadence.wait_s()):
                 while inbox.poll(0):
                     follower.command(inbox.recv())
             if os.getppid() != parent:
