@@ -16,8 +16,7 @@ __all__ = ["run", "results", "verdict"]
 # turns it back on), before any of them imports mlflow. Why: where its config cannot be fetched (no
 # internet, as on most cluster nodes) MLflow 3.x's telemetry thread removes _MLFLOW_TELEMETRY_SESSION_ID
 # from os.environ while requests iterates os.environ for proxies, and that HTTP call to a tracking
-# server fails with KeyError('_MLFLOW_TELEMETRY_SESSION_ID') (scripts/chaos.py, seed 2911, fault 141:
-# the sweep could not open its parent run). A timing tool also wants no network thread of its own.
+# server fails with KeyError('_MLFLOW_TELEMETRY_SESSION_ID'): the sweep cannot open its parent run. A timing tool also wants no network thread of its own.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 

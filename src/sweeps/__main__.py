@@ -8,21 +8,18 @@ not raised into the imports: an exception raised there can land in a finalizer, 
 swallows it ("Exception ignored in …"), and the process went on with half-built objects
 (seen as ``'NoneType' object has no attribute '_invalidate_flags_cache'``, exit 2). A crash in
 native code (torch, a BLAS, sqlite, a driver) prints every thread's Python stack on stderr
-(:mod:`faulthandler`) instead of ending the sweep with signal 11 and not a word (seen once in a
-fault-injection run: scripts/chaos.py seed 1124, fault 120).
+(:mod:`faulthandler`) instead of ending the sweep with signal 11 and not a word.
 
 The process ends without the interpreter's teardown (:func:`exit_now`): once the command is done
 and every ``atexit`` hook has run, freeing torch's, MLflow's and scikit-learn's modules object by
 object and unloading their native libraries only delays the shell's prompt — by 1.2-1.6 s for a
 one-epoch tabular job, and by 0.7 s after a bare ``import torch``, on the 2-core CI machine kind.
 """
-import atexit
 import faulthandler
 import os
 import signal
 import sys
 import threading
-import time
 
 _EARLY: list[int] = []  # SIGINT/SIGTERM received while the command line was importing, in order
 POOL_EXIT_S = 5.0  # s the pool's workers get to stop once the sweep is done, before they are killed
@@ -60,7 +57,9 @@ def exit_now(end: SystemExit) -> None:
     ``scripts/bench_fixed_cost.py --only tabular``."""
     _stop_pool()
     waiting = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
-    run_hooks = getattr(atexit, "_run_exitfuncs", None)  # CPython's; runs each hook once, then forgets them
+    from sweeps import compat
+
+    run_hooks = compat.exit_hooks()  # CPython's; runs each hook once, then forgets them
     if waiting or run_hooks is None:
         raise end
     code = end.code
@@ -76,32 +75,11 @@ def exit_now(end: SystemExit) -> None:
 
 
 def _stop_pool() -> None:
-    """End the workers of joblib's process pool where this process has one (``hydra/launcher=
-    gpu_pool``, ``joblib``): every job is done, so each is told to stop and waited for up to
-    :data:`POOL_EXIT_S`; one still there then is killed, the worker alone — its store process
-    answers what it was sent, then exits (:mod:`sweeps.tracking.service.server`), where loky's own
-    kill takes the whole process tree. A worker SIGKILLed while it held the pool's queue lock
-    (waiting for its next job) leaves the others blocked on that lock for good, and loky's
-    shutdown at the interpreter's exit waits for them (joblib/loky#348, #437; ``scripts/chaos.py``
-    seed 2919, fault 42: a sweep that printed its summary and never exited). Never raises."""
-    reusable = sys.modules.get("joblib.externals.loky.reusable_executor")
-    executor = getattr(reusable, "_executor", None)
-    if executor is None:
-        return
-    workers = list(getattr(executor, "_processes", {}).values())
-    manager = getattr(executor, "_executor_manager_thread", None)  # shutdown() forgets it
-    try:
-        executor.shutdown(wait=False)  # an idle worker takes its stop and exits
-        deadline = time.monotonic() + POOL_EXIT_S
-        for worker in workers:
-            worker.join(max(0.0, deadline - time.monotonic()))
-        for worker in workers:
-            if worker.is_alive():
-                os.kill(worker.pid, signal.SIGKILL)
-        if manager is not None:
-            manager.join(POOL_EXIT_S)  # it sees the workers gone and ends: then no thread holds the exit
-    except Exception:  # noqa: BLE001 (the exit goes on: at worst as before)
-        pass
+    """End the workers of joblib's process pool where this process has one
+    (:func:`sweeps.compat.stop_process_pool`, each waited for up to :data:`POOL_EXIT_S`). Never raises."""
+    from sweeps import compat
+
+    compat.stop_process_pool(POOL_EXIT_S)
 
 
 if __name__ == "__main__":

@@ -34,20 +34,9 @@ def name_the_experiment() -> None:
     each composition. Hydra 1.3 has no hook for it (``Callback.on_compose_config`` is not in a
     1.3 release), so its ``load_configuration`` is wrapped, as :mod:`sweeps.config.schema` and
     :mod:`sweeps.sweep.compose_once` adapt other parts of it. Idempotent."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from sweeps import compat
 
-    load = ConfigLoaderImpl.load_configuration
-    if getattr(load, "fills_experiment", False):
-        return
-
-    def load_configuration(self, *args, **kwargs):
-        cfg = load(self, *args, **kwargs)
-        fill_experiment(cfg)
-        return cfg
-
-    load_configuration.fills_experiment = True
-    load_configuration.__wrapped__ = load
-    ConfigLoaderImpl.load_configuration = load_configuration
+    compat.wrap_load_configuration(fill_experiment, "fills_experiment")
 
 
 def preset_names(config_dir: str | Path | None = None) -> list[str]:

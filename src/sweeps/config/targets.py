@@ -114,15 +114,10 @@ def _repository():
         return getattr(GlobalHydra.instance().config_loader(), "repository", None)
     if not HydraConfig.initialized():
         return None
-    from hydra._internal.config_repository import ConfigRepository
-    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
-    from hydra.core.plugins import Plugins
+    from sweeps import compat
 
-    Plugins.instance()  # registers Hydra's config sources (file://, pkg://, structured://)
-    path = ConfigSearchPathImpl()
-    for source in HydraConfig.get().runtime.config_sources:
-        path.append(str(source.provider), f"{source.schema}://{source.path}")
-    return ConfigRepository(path)
+    return compat.config_repository([(str(source.provider), f"{source.schema}://{source.path}")
+                                     for source in HydraConfig.get().runtime.config_sources])
 
 
 def group_as_key(group: str, value: Any, where: str = "a preset") -> str:

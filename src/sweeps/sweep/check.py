@@ -17,6 +17,7 @@ from typing import Callable
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from sweeps import compat
 from sweeps.config import complete, validate
 from sweeps.config.checks import check_added_keys, check_importable, no_key_line
 from sweeps.config.options import OPTION_SCHEMAS
@@ -26,7 +27,7 @@ from sweeps.sweep.compose import JobComposer
 from sweeps.errors import UsageError
 
 log = logging.getLogger("sweeps")
-BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"  # hydra/sweeper=basic: named, not imported
+BASIC_SWEEPER = compat.BASIC_SWEEPER  # hydra/sweeper=basic: named, not imported
 LISTED_SWEEPERS = (interleave.SWEEPER, BASIC_SWEEPER)  # the sweepers whose jobs :func:`job_overrides` lists
 REUSE_MAX = 1024  # jobs whose composed config is kept for Hydra's later compositions (~100 KB each)
 REMOTE_LAUNCHERS = ("slurm", "submitit")  # launchers whose jobs run on other machines (words of their _target_)

@@ -185,7 +185,7 @@ def _job_process_died(exc: BaseException) -> None:
     1. The job's run, left RUNNING by its dead owner, is closed ``killed`` by the next start (its
     journal replayed first), which resumes it."""
     codes = re.search(r"exit codes of the workers are \{(.*?)\}", str(exc))
-    # loky names the dead worker's signal when it has reaped it by then, else the dict is empty
+    # joblib's pool names the dead worker's signal when it has reaped it by then, else the dict is empty
     how = f"a job process died ({codes.group(1) if codes and codes.group(1).strip() else 'killed'})"
     with signals.held():
         sweep.interrupted(how)

@@ -35,9 +35,9 @@ class JobComposer:
     shared base (module docstring). ``jobs``: every job's override list, to size the families."""
 
     def __init__(self, loader: Any, master: DictConfig, jobs: list[list[str]]):
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+        from sweeps import compat
 
-        self._apply, self._dirname = ConfigLoaderImpl._apply_overrides_to_config, get_overrides_dirname
+        self._apply, self._dirname = compat.job_composer_hooks()
         self.loader, self.master = loader, master
         self.hydra = [str(o) for o in OmegaConf.to_container(master.hydra.overrides.hydra)]
         self._parser = OverridesParser.create()

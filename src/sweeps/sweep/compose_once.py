@@ -1,6 +1,6 @@
 """The command's own config composed by Hydra once, not twice.
 
-Hydra 1.3's command line (``hydra._internal.utils._run_hydra``) composes the whole config to read
+Hydra 1.3's command line (Hydra's ``_run_hydra``) composes the whole config to read
 one key, ``hydra.mode`` (``Hydra.get_mode``), then composes it again for the run or the multirun
 (``Hydra.run`` / ``Hydra.multirun`` → ``ConfigLoaderImpl.load_configuration``): ~0.1-0.35 s on 2
 cores, before any job starts, for every ``python -m sweeps`` command. :func:`composed_once` keeps
@@ -30,8 +30,11 @@ def composed_once() -> Iterator[None]:
     """While in this block, ``Hydra.get_mode`` composes the config as Hydra's does and leaves it
     with that Hydra's config loader for the run's own composition (module docstring); Hydra's
     method is put back after. A Hydra without ``get_mode`` is left alone."""
-    from hydra._internal.hydra import Hydra
     from hydra.types import RunMode
+
+    from sweeps import compat
+
+    Hydra = compat.hydra_class()
 
     hydra_get_mode = getattr(Hydra, "get_mode", None)
     if hydra_get_mode is None:
@@ -62,11 +65,12 @@ def _keep(loader: Any, config_name: str | None, overrides: list[str], cfg: DictC
     overrides — plus the ``hydra.mode=RUN`` or ``=MULTIRUN`` that Hydra's ``_run_app`` appends
     when no config set the mode, applied here as Hydra applies it — once; the loader's own method
     is back after that call, whatever it asked."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import ConfigCompositionException
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
+
+    from sweeps import compat
 
     load = loader.load_configuration
     choices = cfg.hydra.runtime.choices
@@ -87,7 +91,7 @@ def _keep(loader: Any, config_name: str | None, overrides: list[str], cfg: DictC
             if validate_sweep_overrides:
                 loader.validate_sweep_overrides_legal(overrides=parsed, run_mode=run_mode, from_shell=from_shell)
             if added:  # the last override, as _load_configuration_impl applies and records a hydra.* one
-                ConfigLoaderImpl._apply_overrides_to_config(parsed[-1:], cfg)
+                compat.apply_overrides(parsed[-1:], cfg)
                 cfg.hydra.overrides.hydra.append(added[0])
         except OmegaConfBaseException as e:  # as load_configuration wraps it
             raise ConfigCompositionException().with_traceback(e.__traceback__) from e

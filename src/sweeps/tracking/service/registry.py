@@ -63,11 +63,11 @@ def _launch() -> StoreService | None:
 def _runs_jobs(argv: list[str]) -> bool:
     import argparse
 
-    from hydra._internal.utils import get_args_parser
+    from sweeps import compat
 
     if any(a in ("--version", "-h", "--help", "--hydra-help") for a in argv):  # argparse would print and exit
         return False
-    parser = get_args_parser()
+    parser = compat.hydra_args_parser()
     parser.exit_on_error = False  # a malformed command line is Hydra's to report, not this check's
     try:
         args, _ = parser.parse_known_args(argv)

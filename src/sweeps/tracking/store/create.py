@@ -2,9 +2,9 @@
 
 MLflow creates a missing sqlite DB at a client's first use by running its ~70 Alembic migrations
 against it, each committed (and synced to disk) on its own: ~1,000 ``fdatasync`` calls and
-0.7-1.0 s of CPU, 1.5-5.7 s of wall on this project's 2-core VM (measured 2026-11-25). A user who
+0.7-1.0 s of CPU, 1.5-5.7 s of wall on a 2-core machine (docs/benchmarks.md). A user who
 starts a one-epoch job in a new folder waits for that every time. Here the same migrations
-(:func:`mlflow.store.db.utils._initialize_tables`, MLflow's own code) run once on a scratch file
+(MLflow's own migration helper, :func:`sweeps.compat.mlflow_create_tables`) run once on a scratch file
 with ``synchronous=OFF`` and an in-memory rollback journal, and the result — an empty store at
 MLflow's head revision, no experiment in it (MLflow adds "Default" when a client first opens
 it) — is kept as a template in the user's cache, keyed by the MLflow and SQLAlchemy versions. A
@@ -103,20 +103,20 @@ def _head_revision() -> str | None:
     """MLflow's head schema revision, None without the helper that names it. Asked once a
     process: MLflow reads its ~70 migration scripts for it (~40 ms), and it changes only with the
     installed MLflow."""
-    try:
-        from mlflow.store.db.utils import _get_latest_schema_revision
-    except ImportError:
-        return None
-    return _get_latest_schema_revision()
+    from sweeps import compat
+
+    head = compat.mlflow_head_revision()
+    return None if head is None else head()
 
 
 def _migrate(dest: str) -> bool:
     """Run MLflow's migrations on a new file ``dest`` without a sync per migration, and keep a
     copy as the template (best effort: an unwritable cache only costs the next store the same
     migrations). False when MLflow lacks the helper."""
-    try:
-        from mlflow.store.db.utils import _initialize_tables
-    except ImportError:
+    from sweeps import compat
+
+    initialize_tables = compat.mlflow_create_tables()
+    if initialize_tables is None:
         return False
     import sqlalchemy
     from sqlalchemy import event
@@ -129,7 +129,7 @@ def _migrate(dest: str) -> bool:
         dbapi_connection.execute("PRAGMA journal_mode = MEMORY")
 
     try:
-        _initialize_tables(engine)
+        initialize_tables(engine)
     finally:
         engine.dispose()
     _keep_template(dest)
