@@ -137,9 +137,9 @@ def _share_the_store_in_copies() -> None:
     """Copies of Hydra's config sources share its ConfigStore singleton, as upstream Hydra's do
     since facebookresearch/hydra#2928 (its structured source no longer holds the store; not in a
     1.3 release). Hydra 1.3 deep-copies its config repository — and with it the whole store,
-    every schema Hydra and sweeps registered, ~13 ms on the 2-core VM — each time it builds one:
+    every schema Hydra and sweeps registered, ~13 ms on 2 cores — each time it builds one:
     once per composition, and 126 times for ``--help`` (its group listing: 1.3-1.8 of --help's
-    2.1-2.7 s there). The copy is only there so that re-initialising its sources leaves the
+    2.1-2.7 s: docs/benchmarks.md). The copy is only there so that re-initialising its sources leaves the
     original's list alone (``CachingConfigRepository``); nothing changes the store through a
     source. A copy of the whole Singleton state (``Singleton.get_state()``, which launchers send
     to their workers) still copies the store once and points the copied sources at that copy.

@@ -214,7 +214,7 @@ def cpu_threads(threads: int | None) -> Iterator[str]:
 
     Why a job may want fewer threads than cores: torch's CPU kernels split an op over all its
     threads and wait for the slowest, so a thread that shares its core with anything else (the
-    store process's background work, telemetry, another program) stalls every op. On a 2-core machine
+    store process's background work, telemetry, another program) stalls every op. On 2 cores
     study 5's 0.7-ms epochs ran 1.3-3× slower with 2 threads than with 1 while another process was
     busy (quiet: 0.67 ms a step with 1 thread, 0.92 ms with 2 at 1,000 rows; 2 threads 1.4×
     faster at 1,000,000)."""

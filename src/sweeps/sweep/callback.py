@@ -117,8 +117,8 @@ def stop(error: UsageError) -> None:
 
 def _import_job_meanwhile() -> None:
     """Import the job module — torch and the training code, a few seconds — in a thread of its own
-    while this one waits for the store process to open the store (its own imports: ~2-3 s on a
-    2-core VM) and opens the parent run, as a one-job command overlaps the two; the first job's
+    while this one waits for the store process to open the store (its own imports: ~2-3 s on
+    2 cores) and opens the parent run, as a one-job command overlaps the two; the first job's
     import then finds it done, or waits for the rest (Python's module lock). Only after the
     sweep's values were checked: bad input answers without torch. A signal is handled by the main
     thread alone, so it never lands inside these imports (see ``command._import_job``); the thread

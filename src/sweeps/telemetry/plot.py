@@ -5,8 +5,7 @@ over time, with the training epochs shaded. Host panels only where no GPU was sa
 Drawn with matplotlib's Agg canvas on a :class:`matplotlib.figure.Figure` (no pyplot, no display,
 no global state), so jobs that run one after another in one process do not share figures. A job
 draws it at its end while its store process ingests its last metric values (matplotlib's import,
-~0.65 s, and the drawing, ~0.35 s, on the other core: measured on the project's
-2-core VM).
+~0.65 s, and the drawing, ~0.35 s, on the other core of two: docs/benchmarks.md).
 """
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ A thread samples every ``interval_s``; the trainer also takes a sample at each e
 epoch, where the device is synchronized, so each epoch window has exact ends and the energy
 counter is read with the GPU's queue empty. Those edge samples run on the training thread, so
 their cost is bounded: the edge gap (:meth:`Telemetry.edge_gap_s`) is :data:`EDGE_GAP_S`, or
-:data:`EDGE_COST_RATIO` times what an edge sample took where that is more (an H200 VM's
-``nvmlDeviceGetTotalEnergyConsumption`` took 3.6 ms a call, docs/benchmarks.md): two samples per
+:data:`EDGE_COST_RATIO` times what an edge sample took where that is more (on an H200
+``nvmlDeviceGetTotalEnergyConsumption`` takes ~3.6 ms a call: docs/benchmarks.md): two samples per
 gap, ≤ 2 % of the training time. An epoch that follows one shorter than the gap (epochs of a few
 ms) gets no edges, except with a GPU once the last sample is a gap old (on the host alone there is
 no energy to read at them): such an epoch's metrics come from the samples inside it, if any, and

@@ -10,7 +10,7 @@ returns the memory and page-faults it in again. Measured on study 4's CPU job (M
 784-1000-1000-10, batch 100): its heap top moved ~17 MB up and down every step (``strace -e
 trace=memory``: ``brk``), 35,000 minor page faults a second, while a hand loop whose set-up
 happened to free a 31-MB temporary (raising both thresholds) made none after its second epoch;
-the job's epochs were ~9 % slower (study 4 on a 2-core VM; `scripts/bench_job_overhead.py
+the job's epochs were ~9 % slower (study 4 on 2 cores; `scripts/bench_job_overhead.py
 --study4-glibc-default` measures it). PyTorch's Performance Tuning Guide ("CPU specific optimizations", "Switch Memory
 allocator") recommends an allocator that reuses memory (jemalloc, TCMalloc, preloaded); this
 makes glibc's own do so for the job, with nothing to install.

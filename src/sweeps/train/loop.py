@@ -120,8 +120,8 @@ class Trainer:
         """Test loss and accuracy (classification) or RMSE in target units (regression).
 
         Run after every epoch by default, so its own work counts at small epochs (a 1-ms diabetes
-        epoch: the evaluation's bookkeeping cost ~0.15 ms beside its ~0.15-ms forward pass, 2-core
-        VM): sums start from the first batch's values (no zeros), and loss=auto's MSE is the mean
+        epoch: the evaluation's bookkeeping cost ~0.15 ms beside its ~0.15-ms forward pass on 2
+        cores): sums start from the first batch's values (no zeros), and loss=auto's MSE is the mean
         squared error itself, so its RMSE needs no second sum; one value read back per figure."""
         self._set_mode(False)
         self._train_mode = False
@@ -230,7 +230,7 @@ class Trainer:
                         names.SAMPLES_PER_S: rec["samples"] / train_clock["s"]})
             # at most every 0.1 s and after the last epoch: the process RSS costs ~13 µs a read, and
             # CUDA's peak (memory_stats flattens ~160 allocator figures into a dict) 0.4 ms on an
-            # H200 VM under cProfile: 17 % of study 5's 2.4-ms GPU epochs, read every epoch
+            # H200 under cProfile: 17 % of study 5's 2.4-ms GPU epochs, read every epoch
             if now - mem_at >= MIN_WINDOW_S or epoch == epochs:
                 if self.device.type != "cuda":
                     peak_rss = max(peak_rss, process.memory_info().rss)
@@ -254,7 +254,7 @@ def regression_target(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     Why: a user's dataset that returns Python floats reaches the loop as float64 ``(B,)``
     (``default_collate``). ``MSELoss`` would broadcast ``(B, 1)`` against ``(B,)`` to ``(B, B)``,
     a wrong loss with only a warning, and torch 2.11's backward refuses float64 targets
-    ("Found dtype Double but expected Float", seen on an H100 machine). A no-op (two attribute
+    ("Found dtype Double but expected Float"). A no-op (two attribute
     reads) when the data already match, as the built-in datasets do.
 
     Raises:

@@ -108,7 +108,7 @@ def one_thread_for_small_steps(flops_per_step: float | None, device: torch.devic
     Why: torch splits an op over every intra-op thread and waits for the slowest (fused optimizer
     kernels split every parameter, whatever its size), so small ops pay the split and, beside the
     job's own background work (its store process, telemetry), every thread that shares its core.
-    On a 2-core machine (docs/benchmarks.md; MLP 13-16-32-16-1, fused Adam, quiet process):
+    On 2 cores (docs/benchmarks.md; MLP 13-16-32-16-1, fused Adam, quiet process):
     0.7 and 7 MFLOP steps were 4-6 % faster on one thread, 71 MFLOP steps 23 % slower, 700 MFLOP
     and study 4's 914 MFLOP 32-45 % slower; as a job, study 5's 7-MFLOP steps took 1.12 ms an
     epoch on one thread against 1.61 ms on two, and the diabetes default job 1.18 against 1.76."""

@@ -101,7 +101,7 @@ class wall_clock:  # noqa: N801 (used as a function: ``with wall_clock(device) a
     ``with wall_clock(device) as clock:`` yields a dict whose ``s`` key holds the elapsed seconds
     (``time.perf_counter``) once the block exits, whether it returned or raised. A class rather
     than a ``@contextmanager`` generator: the training loop enters two per epoch, and the generator's
-    machinery cost ~4 µs each of a 1-ms tabular epoch (2-core VM).
+    machinery cost ~4 µs each of a 1-ms tabular epoch (2 cores).
     """
 
     __slots__ = ("device", "out", "t0")

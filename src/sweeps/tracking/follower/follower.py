@@ -9,7 +9,7 @@ path. The follower reads the lines the journal gained, takes the epochs after th
 call, cut at epoch ends, retried) and moves the cursor after each batch the store committed.
 
 Where it runs: at the lowest priority (:func:`~sweeps.tracking.follower.priority.lowest`), so MLflow's
-ingestion (~85 µs a value on a 2-core VM) takes only the cores the training leaves idle — the
+ingestion (~85 µs a value on 2 cores) takes only the cores the training leaves idle — the
 store process's child process (:func:`serve`, started by :mod:`sweeps.tracking.follower.shipping`), or a
 thread of the job's process where the job holds an :class:`mlflow.MlflowClient` (a data-parallel
 rank, tests). Not a thread of the store process: a thread cannot leave ``SCHED_IDLE`` again, and

@@ -1,32 +1,14 @@
 """The lowest CPU priority for sweeps' own background work (the follower, which ships the runs'
 journals to MLflow: :mod:`sweeps.tracking.follower.follower`), so it takes cores the training leaves idle.
 
-``nice 19`` alone is not enough where the kernel groups processes by session (Linux's autogroup,
-``/proc/sys/kernel/sched_autogroup_enabled``, on by default in desktop and many server kernels):
-CPU time is shared between sessions first, and a nice value only counts inside its own session.
-A helper started in a session of its own (so a Ctrl-C in the terminal does not reach it) would
-then get as much CPU as the whole training process, nice 19 or not. So helpers start in the job's
-session, in a process group of their own (:func:`own_group`: still out of the terminal's
-Ctrl-C), where their nice 19 counts against the training's threads and the job's share goes to
-them while the job waits for them; one that leads a session of its own (Python 3.10) puts that
-session's group at nice 19 too (``/proc/self/autogroup``; man 7 sched, "The autogroup feature").
-Measured on study 5: the job's late epochs cost 1.15× its early ones with the store process at
-nice 19 in its own autogroup (docs/benchmarks.md).
-
-On Linux the process is also put under ``SCHED_IDLE`` (man 7 sched: "for running very low
-priority background jobs"): a nice-19 task that the scheduler has picked may run on until its
-time slice ends while a training thread that wakes up waits for the core (EEVDF's
-run-to-parity), whereas any normal task that wakes preempts a ``SCHED_IDLE`` one at once
-(kernel/sched/fair.c, ``check_preempt_wakeup_fair``). Torch's OpenMP worker threads sleep and
-wake at every parallel region of a sub-millisecond step, so that wake-up latency is what a
-helper's ingestion cost the training (measured on a 2-core VM).
-
-Work that a job waits for is not background: a helper at this priority on a machine whose cores
-other programs keep busy gets well under 1% of a core, and the job then waits for everyone (a small job's
-end took 9–12 s instead of ~0.7 s beside two busy loops: docs/benchmarks.md, "A job
-beside busy programs"). An unprivileged process cannot raise itself back (RLIMIT_NICE, 0 by default), so
-the lowest priority belongs to a process (or thread) that does background work alone: the
-follower (:mod:`sweeps.tracking.follower.follower`), never the store process that answers the job.
+:func:`lowest` sets nice 19 (any POSIX OS), puts the process's own session autogroup at nice 19
+where it leads that session (Linux, ``/proc/self/autogroup``; man 7 sched) and, on Linux, moves it
+under ``SCHED_IDLE``, so any normal task that wakes preempts it at once. :func:`own_group` gives the Popen
+arguments for a helper in the job's session, in a process group of its own (out of the terminal's
+Ctrl-C; Python 3.10: a session of its own), so the autogroup counts it with the job. Where a setting is missing or not permitted (other OSes,
+other kernels) it is left as it was; nothing raises. An unprivileged process cannot raise itself
+back, so this is only for work nothing waits on: never the store process that answers the job
+(docs/benchmarks.md, "A job beside busy programs").
 """
 from __future__ import annotations
 

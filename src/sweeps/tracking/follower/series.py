@@ -1,7 +1,7 @@
 """Which epochs make a run's per-epoch MLflow series (``mlflow.log_every_epochs``,
 ``mlflow.series_points``).
 
-MLflow's SQL store ingests ~80-160 µs a value on a 2-core VM (``log_batch``, mostly its ORM) and
+MLflow's SQL store ingests ~80-160 µs a value on 2 cores (``log_batch``, mostly its ORM) and
 a job logs ~15 values an epoch: for sub-millisecond epochs (study 5: 10,000 full-batch epochs of
 a tiny MLP) storing every epoch costs more CPU than training it, on the same cores.
 ``mlflow.log_every_epochs: N`` thins the series the run shows — 10,000 epochs at N = 10 still draw

@@ -1,8 +1,8 @@
 """The MLflow store in a process of its own, as a job's process sees it: the pipe to it.
 
-Why: a one-job command spent ~2 s importing mlflow (1.2 s) and opening its SQL store (0.9 s)
-before it could create its run, on the same core as torch's import (measured on a 2-core
-VM). A command that runs jobs starts the store's process
+Why: a one-job command would spend ~2 s importing mlflow (~1.2 s) and opening its SQL store
+(~0.9 s) before it could create its run, on the same core as torch's import (docs/benchmarks.md,
+"Start-up and fixed cost"). A command that runs jobs starts the store's process
 (:mod:`sweeps.tracking.service.server`) before Hydra composes its config and names the store once
 the config is valid (:mod:`sweeps.tracking.service.registry`); it imports mlflow and opens the
 store on the second core while the job imports torch and builds its data, and the job's process
