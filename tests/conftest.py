@@ -94,12 +94,11 @@ def compose(overrides: list[str]):
 
 @pytest.fixture
 def in_process(tmp_path, monkeypatch):
-    """Run one job in-process as ``python -m sweeps`` (no ``-m``) would, in ``tmp_path`` (its
+    """Run one job in-process as ``python -m sweeps`` (no ``-m``) would — its values checked, then
+    :func:`sweeps.job.lifecycle.run` — in ``tmp_path`` (its
     ./mlruns store and ./checkpoints): ``in_process(overrides) -> outcome``. Each call is a
     command of its own: a signal an earlier call was interrupted by is forgotten (a rerun is a
     new process), and the sweep's handlers are installed again where it had replaced them."""
-    from sweeps import launchers
-    from sweeps.job import lifecycle as job
     from sweeps.job import signals
 
     monkeypatch.chdir(tmp_path)
@@ -109,8 +108,20 @@ def in_process(tmp_path, monkeypatch):
     def run(overrides: list[str]) -> str:
         if signals.received():
             signals.install()
-        return job.run(compose(overrides), launchers.current())
+        return run_job(overrides)
     return run
+
+
+def run_job(overrides: list[str]) -> str:
+    """One job of ``overrides`` in this process, as ``python -m sweeps`` runs it: composed, its
+    values checked (``sweeps.config.complete`` and ``validate``), then
+    :func:`sweeps.job.lifecycle.run`; returns its outcome."""
+    from sweeps import config, launchers
+    from sweeps.job import lifecycle
+
+    cfg = compose(overrides)
+    config.validate(config.complete(cfg))
+    return lifecycle.run(cfg, launchers.current())
 
 
 @pytest.fixture

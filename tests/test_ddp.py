@@ -74,6 +74,7 @@ def _job(cwd: Path, overrides: list[str], monkeypatch) -> tuple[str, object]:
     sweeps.config.register()
     with initialize_config_dir(version_base="1.3", config_dir=str(sweeps.config.CONF_DIR)):
         cfg = compose("config", overrides=[*overrides, f"hydra.searchpath=[file://{TESTS / 'conf'}]"])
+    sweeps.config.validate(sweeps.config.complete(cfg))  # as python -m sweeps checks its job's values
     outcome = run_job(cfg, launchers.current())
     (run,) = runs(cwd)
     return outcome, run

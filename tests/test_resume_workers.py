@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import compose, runs, store
-from sweeps import launchers
-from sweeps.job import lifecycle as job
+from conftest import run_job, runs, store
 from sweeps.job import signals
 from sweeps.train.loop import Trainer
 
@@ -49,7 +47,7 @@ def test_resume_with_workers_reproduces_the_loss_curve(tmp_path, monkeypatch):
         straight, killed = tmp_path / "straight", tmp_path / "killed"
         straight.mkdir(), killed.mkdir()
         monkeypatch.chdir(straight)
-        assert job.run(compose(overrides), launchers.current()) == "ok"
+        assert run_job(overrides) == "ok"
         expected, _ = _curve(straight, overrides)
 
         monkeypatch.chdir(killed)
@@ -61,10 +59,10 @@ def test_resume_with_workers_reproduces_the_loss_curve(tmp_path, monkeypatch):
             return train_epoch(self, *args, **kwargs)
         monkeypatch.setattr(Trainer, "train_epoch", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            job.run(compose(overrides), launchers.current())
+            run_job(overrides)
         monkeypatch.setattr(Trainer, "train_epoch", train_epoch)
         signals.install()  # the rerun: a new command, whose handlers have not seen a signal
-        assert job.run(compose(overrides), launchers.current()) == "ok"
+        assert run_job(overrides) == "ok"
         resumed, run = _curve(killed, overrides)
         assert run.data.tags["resumed"] == "true"
         assert resumed == expected  # bit for bit, epochs 4 and 5 included

@@ -218,3 +218,31 @@ def test_the_import_ahead_thread_drops_a_failed_import_without_a_traceback(capfd
     thread.start()
     thread.join()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_each_jobs_values_are_checked_once_in_a_sweep_and_once_in_a_single_run(tmp_path, monkeypatch):
+    """One validation per job: the sweep checks every job's values before the first starts, and
+    the job does not check them again; a single run checks its own once."""
+    from sweeps import config
+    from sweeps.config import checks
+    from sweeps.sweep import check
+
+    checked = []
+    real = checks.validate
+
+    def counting(cfg):
+        checked.append(int(cfg.batch))
+        return real(cfg)
+    for module in (config, checks, check):
+        monkeypatch.setattr(module, "validate", counting)
+    tiny = ["model=mlp", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=32",
+            "dataset.test_size=8", "epochs=1", "device=cpu"]
+    proc = cli_in_process(["-m", *tiny, "batch=8,16,32"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert checked == [8, 16, 32], checked
+    assert {r.data.tags["outcome"] for r in runs(tmp_path) if "mlflow.parentRunId" in r.data.tags} == {"ok"}
+
+    checked.clear()
+    single = cli_in_process([*tiny, "batch=8"], tmp_path)
+    assert single.returncode == 0, single.stderr[-2000:]
+    assert checked == [8]

@@ -1,7 +1,7 @@
-"""One job: config → task → :class:`JobRun` (its MLflow run, signals, outcome) → device → work.
+"""One job: config → task → `JobRun` (its MLflow run, signals, outcome) → device → work.
 
 A job never raises for a failure of its own (OOM, a crash, a missing device, a diverged loss): the
-job context logs the outcome and the sweep goes on. Bad input (:class:`UsageError`) stops the
+job context logs the outcome and the sweep goes on. Bad input ([`UsageError`][sweeps.errors.UsageError]) stops the
 sweep before the job's run is opened. SIGINT/SIGTERM end the job ``killed`` and then the sweep.
 """
 from __future__ import annotations
@@ -18,7 +18,6 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sweeps import names
-from sweeps.config import complete, validate
 from sweeps.errors import DataUnavailable, UsageError, describe, signal_exception
 from sweeps.job import identity, progress
 from sweeps.job.finish import finish
@@ -48,7 +47,7 @@ log = logging.getLogger("sweeps")
 def _hydra_context() -> tuple[str, dict[str, str], bool]:
     """(job name from its overrides, {group: chosen option}, whether this is a multirun). The name
     is what a sweep's job is named by: its ``key=value`` overrides as typed, joined by spaces
-    (:func:`sweeps.tracking.writer.naming.parse_overrides` reads them back) — in a sweep the swept ones,
+    (`sweeps.tracking.writer.naming.parse_overrides` reads them back) — in a sweep the swept ones,
     else (a single run) all but those ``hydra.job.config.override_dirname.exclude_keys`` leaves
     out (paths, tracking settings); with none, the model and dataset chosen."""
     if not HydraConfig.initialized():
@@ -70,13 +69,13 @@ class JobRun:
     reopens a killed one to resume it), and on every way out of the block — ok, oom, diverged,
     error, unavailable, SIGINT/SIGTERM anywhere, a second signal while finishing — flushes what
     was measured and writes the outcome and the run status exactly once
-    (:func:`sweeps.job.finish.finish`). Opening and finishing hold signals back, so a run is
+    (`sweeps.job.finish.finish`). Opening and finishing hold signals back, so a run is
     never left half-written or RUNNING by a process that exits.
 
-    What a task uses: :attr:`writer` (metrics, tags), :attr:`epochs` (per-epoch records),
-    :attr:`checkpoints`, :attr:`resume_state` (a checkpoint to go on from, or None),
-    :attr:`telemetry` (the sampler, once :meth:`start_telemetry` ran), :attr:`log`.
-    After the block: :attr:`outcome`, :attr:`error`, :attr:`run_id`.
+    What a task uses: `writer` (metrics, tags), `epochs` (per-epoch records),
+    `checkpoints`, `resume_state` (a checkpoint to go on from, or None),
+    `telemetry` (the sampler, once `start_telemetry` ran), `log`.
+    After the block: `outcome`, `error`, `run_id`.
     """
 
     log = log
@@ -217,11 +216,12 @@ class JobRun:
 
 
 def run(cfg: DictConfig, launcher) -> str:
-    """Run the job ``cfg`` describes, under ``launcher`` (the :class:`sweeps.launchers.Launcher` of
+    """Run the job ``cfg`` describes (completed and checked by the caller: ``sweeps.config.complete``,
+    ``sweeps.config.validate``), under ``launcher`` (the `sweeps.launchers.Launcher` of
     the Hydra launcher running this process: it is asked for pool slots and told once the run is
-    open); returns its outcome (see :data:`sweeps.names.OUTCOMES`), or
+    open); returns its outcome (see `sweeps.names.OUTCOMES`), or
     ``skipped`` when an earlier run of the same config is done, or another live process is
-    running it (:func:`sweeps.tracking.replay.resume.claim`, :func:`~sweeps.tracking.replay.resume.running_run`).
+    running it (`sweeps.tracking.replay.resume.claim`, `running_run`).
 
     Raises:
         UsageError: bad input (config value, data path) — the caller stops the sweep.
@@ -229,8 +229,6 @@ def run(cfg: DictConfig, launcher) -> str:
     """
     started_at = time.perf_counter()
     signals.stop_if_received()  # the sweep was interrupted: no job starts after that
-    complete(cfg)  # sweeps' own keys of the _target_ groups filled and checked, options named
-    validate(cfg)
     preflight(cfg)  # what this machine lacks for every such job (compile=true without a C compiler)
     if HydraConfig.initialized() and HydraConfig.get().job.chdir:
         raise UsageError("hydra.job.chdir=true runs each job in its own folder, so ./mlruns and ./checkpoints would "

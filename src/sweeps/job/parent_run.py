@@ -1,5 +1,5 @@
 """The running sweep's parent run, as its jobs see it: held in this process's state
-(:attr:`sweeps.state.ProcessState.sweep`), and exported to the environment only for the jobs that
+(`sweeps.state.ProcessState.sweep`), and exported to the environment only for the jobs that
 a launcher runs in child processes (joblib's workers, submitit's), which inherit it."""
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ from sweeps.state import current
 from sweeps.tracking.store.store import PARENT_RUN_ENV, SWEEP_URI_ENV, SWEPT_KEYS_ENV
 
 _ENV = {"parent_run_id": PARENT_RUN_ENV, "tracking_uri": SWEEP_URI_ENV, "swept_keys": SWEPT_KEYS_ENV,
-        "planned_jobs": "SWEEPS_PLANNED_JOBS"}  # the sweep's job count, for the console's [k/N]
+        "planned_jobs": "SWEEPS_PLANNED_JOBS",  # the sweep's job count, for the console's [k/N]
+        "checked_jobs": "SWEEPS_CHECKED_JOBS"}  # how many jobs the sweep checked before launching them
 
 
 def get(key: str) -> str | None:
-    """The running sweep's ``parent_run_id``, ``tracking_uri``, ``swept_keys`` (comma-separated) or
-    ``planned_jobs``:
+    """The running sweep's ``parent_run_id``, ``tracking_uri``, ``swept_keys`` (comma-separated),
+    ``planned_jobs`` or ``checked_jobs`` (every job's values checked before the first started):
     from this process's state, else — a job in a launcher's child process — from the environment
     the sweep's process exported; None outside a sweep."""
     value = current().sweep.get(key)
@@ -31,8 +32,8 @@ def note(**values: str) -> None:
 
 def close() -> tuple[str | None, str | None]:
     """Forget the running sweep (a later sweep in this process starts clean); returns its parent
-    run id and store, also kept in :attr:`~sweeps.state.ProcessState.last_sweep` (what
-    :func:`sweeps.run` reads back)."""
+    run id and store, also kept in `last_sweep` (what
+    [`sweeps.run`][sweeps.api.run] reads back)."""
     parent, uri = get("parent_run_id"), get("tracking_uri")
     current().sweep.clear()
     for name in _ENV.values():

@@ -43,10 +43,10 @@ def swept_keys(config: DictConfig) -> list[str]:
 
 def record_verdict(client: MlflowClient, parent_run_id: str, experiment_id: str, children: list) -> None:
     """Set the report's verdict on the parent run (tags ``sweeps.verdict``, ``sweeps.verdict.<group>``:
-    :mod:`sweeps.report.verdict`), so the MLflow UI's run table shows it without a report, and print
+    `sweeps.report.verdict`), so the MLflow UI's run table shows it without a report, and print
     it under the summary. ``children``: the sweep's jobs, as MLflow runs or as
-    :class:`~sweeps.report.runs.JobRecord` (with the sweep's price put on the runs it reused:
-    :meth:`~sweeps.report.runs.SweepRun.job`). Never raises: the sweep's result stands without it,
+    `JobRecord` (with the sweep's price put on the runs it reused:
+    `job`). Never raises: the sweep's result stands without it,
     and ``python -m sweeps.report`` writes it again."""
     try:
         from sweeps.report import runs, verdict, verdict_text
@@ -64,7 +64,7 @@ def record_verdict(client: MlflowClient, parent_run_id: str, experiment_id: str,
 
 
 def describe_sweep(client: MlflowClient, parent_run_id: str, children: list, summary: str, swept: list[str]) -> None:
-    """Give the parent run what its jobs share as params (:func:`sweeps.tracking.writer.naming.shared_params`,
+    """Give the parent run what its jobs share as params (`sweeps.tracking.writer.naming.shared_params`,
     in batches of 100, MLflow's limit per call) and its summary in the description. Never raises:
     a store that refuses is reported in one line, the sweep's result stands."""
 
@@ -163,6 +163,8 @@ class SweepCallback(Callback):
             print(progress.header(jobs, _preset(config), str(config.mlflow.experiment), where), flush=True)
             progress.begin_sweep(jobs, job_overrides(config) if jobs else ())  # each job's kind: the time left
             current().planned_jobs = checked  # before the parent run opens and any job starts
+            if checked:  # each job's values are checked once, here: the job does not check them again
+                parent_run.note(checked_jobs=str(checked))
             if not launchers.runs_jobs_in_this_process(config):  # a pool's, Slurm's: the store process would idle
                 registry.discard_spare()
             else:  # the parent run through the store process its jobs use: this process imports no mlflow

@@ -4,7 +4,7 @@ Lazy start: this module and what it imports before a job starts (Hydra, the conf
 sweep callback) load neither torch, torchvision nor mlflow, so ``--help``, ``--cfg job``, a
 composition error and a bad value answer in about a second; the job module (and with it torch)
 is imported once a job's values are checked (``scripts/bench_startup.py`` times it), while the
-MLflow store opens in a process of its own (:mod:`sweeps.tracking.service.connection`)."""
+MLflow store opens in a process of its own (`sweeps.tracking.service.connection`)."""
 from __future__ import annotations
 
 import logging
@@ -22,7 +22,7 @@ from sweeps.errors import UsageError
 from sweeps.sweep import callback as sweep
 from sweeps.sweep.compose_once import composed_once
 from sweeps.sweep.check import check_data_root, one_line, unknown_key_line
-from sweeps.job import outcome, signals
+from sweeps.job import outcome, parent_run, signals
 from sweeps.tracking.store import http_policy, store
 from sweeps.tracking.service import registry
 
@@ -33,12 +33,14 @@ config.register()
 def main(cfg: DictConfig) -> str:
     """Hydra's task function: one job. Bad input stops the whole sweep with one line — except in a
     Slurm job, where it ends that job alone: the sweep's process records it ``error`` and keeps its
-    parent run (:mod:`sweeps.launchers.slurm.launcher`): the launcher says (:mod:`sweeps.launchers`)."""
+    parent run (`sweeps.launchers.slurm.launcher`): the launcher says (`sweeps.launchers`)."""
     try:
-        config.validate(config.complete(cfg))  # before torch is imported: a bad value answers at once
-        _check_names(cfg)  # before the store process opens the store: nothing is created for bad input
-        if not _data_on_another_node():
-            check_data_root(cfg.dataset)  # files this machine must read: missing ones said before anything starts
+        config.complete(cfg)  # sweeps' own keys of the _target_ groups filled, options named (in place)
+        if not parent_run.get("checked_jobs"):  # a sweep checked each job's values before its first began
+            config.validate(cfg)  # before torch is imported: a bad value answers at once
+            _check_names(cfg)  # before the store process opens the store: nothing is created for bad input
+            if not _data_on_another_node():
+                check_data_root(cfg.dataset)  # files this machine must read: missing ones said before anything starts
         # the store process started by cli() opens the store on the other core while torch imports here
         registry.start(store.tracking_uri(cfg), str(cfg.mlflow.experiment))
         with signals.held():  # see _import_job
@@ -66,8 +68,8 @@ def _data_on_another_node() -> bool:
 
 
 def _check_names(cfg: DictConfig) -> None:
-    """The job's ``_target_`` modules exist (:func:`sweeps.config.checks.check_importable`) and
-    its ``+key=value`` overrides add no near-miss of a key (:func:`~sweeps.config.checks.check_added_keys`).
+    """The job's ``_target_`` modules exist (`sweeps.config.checks.check_importable`) and
+    its ``+key=value`` overrides add no near-miss of a key (`check_added_keys`).
 
     Raises:
         UsageError: one line naming the option or key and what would work.
@@ -83,7 +85,7 @@ def _check_names(cfg: DictConfig) -> None:
 class _SaidBySweeps(logging.Filter):
     """Drops Hydra's own lines for a ``_target_`` that does not import (``hydra.utils.get_object``
     logs "Error getting object at ..." over three lines, then raises): sweeps says it in one
-    line (:func:`sweeps.config.targets.locate`)."""
+    line (`sweeps.config.targets.locate`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("Error getting object at ")
@@ -94,9 +96,9 @@ logging.getLogger("hydra.utils").addFilter(_SaidBySweeps())
 
 def composition_line(exc: BaseException, argv: list[str]) -> str:
     """The one line a composition error of the command ``argv`` prints after ``sweeps: error:``:
-    for a key the config lacks, the nearest keys (:func:`sweeps.sweep.check.unknown_key_line`,
-    read from the config composed again without that key, :func:`_compose`); else Hydra's message
-    in one line (:func:`sweeps.sweep.check.one_line`)."""
+    for a key the config lacks, the nearest keys (`sweeps.sweep.check.unknown_key_line`,
+    read from the config composed again without that key, `_compose`); else Hydra's message
+    in one line (`sweeps.sweep.check.one_line`)."""
     config_dir, config_name, overrides = _command_line(argv)
     line = unknown_key_line(exc, overrides, lambda rest: _compose(config_dir, config_name, rest))
     return line or one_line(exc)
@@ -170,7 +172,7 @@ def interrupted_message(signal_name: str) -> str:
 
 def _interrupted(name: str) -> None:
     """Close the sweep's parent run KILLED, say so in one line, exit 130 (SIGINT) or 143 (SIGTERM).
-    Signals arriving meanwhile are only noted (:mod:`sweeps.job.signals`)."""
+    Signals arriving meanwhile are only noted (`sweeps.job.signals`)."""
     with signals.held():
         sweep.interrupted(name)
         print(interrupted_message(name), file=sys.stderr)
@@ -200,10 +202,10 @@ def cli(early: list[int] | None = None, process_exits: bool = False) -> None:
     """Entry point: exit 1 when any job ended in ``error`` (after every job has run); exit 2 with
     one line for bad input (a composition error included); on SIGINT or SIGTERM close the runs as
     KILLED, flush the logs and exit 130 or 143 — also for a signal in ``early`` (noted while this
-    module was importing, :mod:`sweeps.__main__`; the list is read after this call's own handlers
+    module was importing, `sweeps.__main__`; the list is read after this call's own handlers
     are in, so none is lost). ``process_exits``: the process ends with this call (``python -m
-    sweeps``; :attr:`sweeps.state.ProcessState.exits_after_command`). Each call starts from a
-    fresh process state (:func:`sweeps.state.begin_command`): no counts, last job or signals of an
+    sweeps``; `sweeps.state.ProcessState.exits_after_command`). Each call starts from a
+    fresh process state (`sweeps.state.begin_command`): no counts, last job or signals of an
     earlier command."""
     state.begin_command().exits_after_command = process_exits
     http_policy.bound_http_retries()  # before any helper process starts: they inherit it
