@@ -3,7 +3,7 @@
 In Python: ``sweeps.run(overrides, config_dir=None, multirun=True)`` runs a sweep in-process as
 ``python -m sweeps`` does and returns one record per job; ``sweeps.results(experiment)`` returns
 a ``pandas.DataFrame``, one row per job, and ``sweeps.verdict(experiment)`` the report's verdict,
-one row per model × dataset × device (:mod:`sweeps.api`). They are imported on first use, so
+one row per model × dataset × device (`sweeps.api`). They are imported on first use, so
 ``import sweeps`` loads neither torch nor MLflow.
 """
 

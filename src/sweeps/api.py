@@ -1,5 +1,5 @@
-"""The Python entry: :func:`run` a sweep in-process exactly as ``python -m sweeps`` does, and
-read any experiment's jobs back as a table with :func:`results`, its verdict with :func:`verdict`
+"""The Python entry: [`run`][sweeps.api.run] a sweep in-process exactly as ``python -m sweeps`` does, and
+read any experiment's jobs back as a table with [`results`][sweeps.report.results.results], its verdict with [`verdict`][sweeps.report.results.verdict]
 (notebooks, scripts)."""
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
         multirun: ``-m`` (comma-separated values sweep); False runs one job.
 
     Returns:
-        One dict per job in the order they ran (:func:`sweeps.report.results.job_record`:
-        ``run_id``, ``outcome``, ``batch``, ``time/median_epoch_s``, ...); jobs skipped as
-        already done come with ``outcome`` ``skipped`` and the figures of the run that did them.
+        One dict per job in the order they ran ([`sweeps.report.results.job_record`][sweeps.report.results.job_record]:
+            ``run_id``, ``outcome``, ``batch``, ``time/median_epoch_s``, ...); jobs skipped as
+            already done come with ``outcome`` ``skipped`` and the figures of the run that did them.
 
     Raises:
         UsageError: bad input (a wrong key or value, a target that does not import, a missing
@@ -65,7 +65,7 @@ def run(overrides: list[str], config_dir: str | None = None, multirun: bool = Tr
 
 
 def call_cli(entry) -> int:
-    """Call the command line's ``entry`` (:func:`sweeps.sweep.command.cli`) and return its exit status."""
+    """Call the command line's ``entry`` (`sweeps.sweep.command.cli`) and return its exit status."""
     try:
         entry()
     except SystemExit as e:
@@ -79,7 +79,7 @@ def call_cli(entry) -> int:
 @contextlib.contextmanager
 def command_state(argv: list[str]):
     """Run a command of the command line in this process as if it were a process of its own:
-    ``sys.argv`` set to ``argv``, a fresh process state (:func:`sweeps.state.begin_command`:
+    ``sys.argv`` set to ``argv``, a fresh process state (`sweeps.state.begin_command`:
     no outcome counts, last job or sweep); afterwards
     everything a run changes in the process put back — argv, environment, SIGINT/SIGTERM handlers,
     the root logger's handlers and level (Hydra gives each job its own), Hydra's singletons."""

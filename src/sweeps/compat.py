@@ -8,37 +8,37 @@ renames or reshapes one fails there, by name, before a user meets it.
 
 What each use does, and what it saves (figures from the measurements at the call sites):
 
-- :func:`exit_hooks` — CPython's ``atexit._run_exitfuncs``: runs the ``atexit`` hooks once, so
-  :func:`sweeps.__main__.exit_now` can end the process with :func:`os._exit` and skip the
+- `exit_hooks` — CPython's ``atexit._run_exitfuncs``: runs the ``atexit`` hooks once, so
+  `sweeps.__main__.exit_now` can end the process with `os._exit` and skip the
   interpreter's teardown: **1.2-1.6 s** saved for a one-epoch tabular job, 0.7 s after a bare
   ``import torch`` (2-core CI machine).
-- :func:`stop_process_pool` — joblib's process-pool executor (``joblib.externals`` reusable
+- `stop_process_pool` — joblib's process-pool executor (``joblib.externals`` reusable
   executor's ``_executor``, ``_processes``, ``_executor_manager_thread``): ends the pool's
   workers at the sweep's end, killing one that is stuck. **No start-up saved**: it is a fix for
   a sweep that printed its summary and never exited (joblib's executor issues #348, #437). No public API reaches a reusable pool's workers.
-- :func:`compose_once_hooks` — Hydra's ``hydra._internal.hydra.Hydra`` (its ``get_mode``) and
+- `compose_once_hooks` — Hydra's ``hydra._internal.hydra.Hydra`` (its ``get_mode``) and
   ``ConfigLoaderImpl._apply_overrides_to_config``: the command's config composed once, not twice
-  (:mod:`sweeps.sweep.compose_once`): **~0.1-0.35 s** a command, on 2 cores.
-- :func:`job_composer_hooks` — ``ConfigLoaderImpl._apply_overrides_to_config`` and
+  (`sweeps.sweep.compose_once`): **~0.1-0.35 s** a command, on 2 cores.
+- `job_composer_hooks` — ``ConfigLoaderImpl._apply_overrides_to_config`` and
   ``get_overrides_dirname``: a sweep's jobs derived from a family's base
-  (:mod:`sweeps.sweep.compose`): **~80-200 ms a job** (on 2 cores), so seconds for a sweep of
+  (`sweeps.sweep.compose`): **~80-200 ms a job** (on 2 cores), so seconds for a sweep of
   tens of jobs.
-- :func:`wrap_load_configuration` — wraps ``ConfigLoaderImpl.load_configuration`` so every
-  composition fills ``mlflow.experiment`` (:mod:`sweeps.config.presets`). **No start-up saved**:
+- `wrap_load_configuration` — wraps ``ConfigLoaderImpl.load_configuration`` so every
+  composition fills ``mlflow.experiment`` (`sweeps.config.presets`). **No start-up saved**:
   Hydra 1.3 has no public hook for it (``Callback.on_compose_config`` is not in a 1.3 release).
-- :func:`config_repository` — ``ConfigRepository`` and ``ConfigSearchPathImpl``: the running
+- `config_repository` — ``ConfigRepository`` and ``ConfigSearchPathImpl``: the running
   command's config repository rebuilt from ``hydra.runtime.config_sources``, to name the file a
-  config group option comes from (:mod:`sweeps.config.targets`). **No start-up saved**: Hydra
+  config group option comes from (`sweeps.config.targets`). **No start-up saved**: Hydra
   has no public constructor for either.
-- :func:`hydra_args_parser` — ``hydra._internal.utils.get_args_parser``: reads the command line
-  as Hydra does, to start the store process before Hydra composes (:mod:`sweeps.tracking.service.
-  registry`), overlapping its ~2 s of mlflow import and store opening with the composition and
+- `hydra_args_parser` — ``hydra._internal.utils.get_args_parser``: reads the command line
+  as Hydra does, to start the store process before Hydra composes
+  (`sweeps.tracking.service.registry`), overlapping its ~2 s of mlflow import and store opening with the composition and
   torch's import. Hydra has no public parser.
-- :data:`BASIC_SWEEPER` — the ``_target_`` of Hydra's public ``hydra/sweeper=basic`` config
+- `BASIC_SWEEPER` — the ``_target_`` of Hydra's public ``hydra/sweeper=basic`` config
   option: a name compared, never imported.
-- :func:`mlflow_create_tables`, :func:`mlflow_head_revision` — MLflow's ``mlflow.store.db.utils._initialize_tables`` and
+- `mlflow_create_tables`, `mlflow_head_revision` — MLflow's ``mlflow.store.db.utils._initialize_tables`` and
   ``_get_latest_schema_revision``: a new sqlite store's migrations run once into a cached
-  template (:mod:`sweeps.tracking.store.create`): **1.5-5.7 s** of wall (0.7-1.0 s of CPU) saved
+  template (`sweeps.tracking.store.create`): **1.5-5.7 s** of wall (0.7-1.0 s of CPU) saved
   for each new store on a 2-core VM. Without them (a future MLflow) MLflow creates the store
   itself, as before.
 """
@@ -73,7 +73,7 @@ def stop_process_pool(exit_s: float) -> None:
     """End the workers of joblib's process pool where this process has one (``hydra/launcher=
     gpu_pool``, ``joblib``): every job is done, so each is told to stop and waited for up to
     ``exit_s``; one still there then is killed, the worker alone — its store process answers what
-    it was sent, then exits (:mod:`sweeps.tracking.service.server`), where the pool's own kill
+    it was sent, then exits (`sweeps.tracking.service.server`), where the pool's own kill
     takes the whole process tree. A worker SIGKILLed while it held the pool's queue lock (waiting
     for its next job) leaves the others blocked on that lock for good, and the pool's shutdown at
     the interpreter's exit waits for them (module docstring). Never raises."""
@@ -117,12 +117,12 @@ def apply_overrides(overrides: list, cfg: Any) -> None:
 
 
 def compose_once_hooks() -> tuple[Any, Callable[[list, Any], None]]:
-    """``(Hydra, apply_overrides)`` for :mod:`sweeps.sweep.compose_once`."""
+    """``(Hydra, apply_overrides)`` for `sweeps.sweep.compose_once`."""
     return hydra_class(), apply_overrides
 
 
 def job_composer_hooks() -> tuple[Callable[[list, Any], None], Callable[..., str]]:
-    """``(apply_overrides, get_overrides_dirname)`` for :class:`sweeps.sweep.compose.JobComposer`:
+    """``(apply_overrides, get_overrides_dirname)`` for `sweeps.sweep.compose.JobComposer`:
     Hydra's own ``_apply_overrides_to_config`` and ``get_overrides_dirname``."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
 

@@ -1,6 +1,6 @@
-"""What a user reads on the console: its log lines (:class:`ConsoleFormatter`), the per-epoch
+"""What a user reads on the console: its log lines (`ConsoleFormatter`), the per-epoch
 table of a job (in the manner of Chainer's LogReport/PrintReport) and the one-screen table that
-closes a sweep. Lines stay within :data:`WIDTH` columns (a word longer than a line, a path, stays
+closes a sweep. Lines stay within `WIDTH` columns (a word longer than a line, a path, stays
 whole)."""
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def wrap(text: str, width: int = WIDTH, indent: str = "  ") -> str:
 class ConsoleFormatter(logging.Formatter):
     """The console's log lines (``conf/hydra/job_logging/sweeps.yaml`` and
     ``hydra_logging/sweeps.yaml``): a message as it is, a warning or an error with its level first,
-    a line longer than :data:`WIDTH` wrapped; with ``hydra.verbose=true`` (or ``=sweeps``: the
+    a line longer than `WIDTH` wrapped; with ``hydra.verbose=true`` (or ``=sweeps``: the
     ``sweeps`` logger at DEBUG) the date, logger and level before each line, as Hydra prints them.
     The job's log file keeps that detail always."""
 
@@ -97,7 +97,7 @@ SUMMARY_COLUMNS = ("job", "outcome", "first epoch s", "median s", "total", "over
 
 
 def summary_table(rows: Sequence[dict]) -> str:
-    """Fixed-width table, one line per job, then its footnotes; every line within :data:`WIDTH`.
+    """Fixed-width table, one line per job, then its footnotes; every line within `WIDTH`.
 
     Each row: ``job`` (its overrides), ``outcome``, ``first_s``, ``median_s`` (the median epoch
     from epoch 2 on), ``total_s`` (s or None), ``job_s`` (the job's wall time, s), ``overhead_s``
@@ -107,8 +107,8 @@ def summary_table(rows: Sequence[dict]) -> str:
     their outcome in capitals (``OOM``) in place of the times and ``see [1]``: footnote ``[1]``,
     under the table, has the whole reason; a noisy timing shows ``[a]`` after its median: footnote
     ``[a]`` says ``timed noisily: <note>`` (one footnote for the rows that give the same reason or
-    note), each wrapped at :data:`WIDTH` columns. The overhead's share of the job is shown from
-    :data:`OVERHEAD_SHARE_FROM_S` of wall time on: in a shorter job a job's fixed cost is most of
+    note), each wrapped at `WIDTH` columns. The overhead's share of the job is shown from
+    `OVERHEAD_SHARE_FROM_S` of wall time on: in a shorter job a job's fixed cost is most of
     its time, which says nothing of the training. Where a job's name is too long for the line, it
     has a line of its own (wrapped between overrides) and its figures follow on the next, under
     the others' figures.

@@ -9,7 +9,7 @@ def brief(exc: BaseException, limit: int = 200) -> str:
 
 
 def describe(exc: BaseException, limit: int = 200) -> str:
-    """``"<type>: <text on one line>"`` (:func:`brief`; just the type where the text is empty): how
+    """``"<type>: <text on one line>"`` ([`brief`][sweeps.errors.brief]; just the type where the text is empty): how
     every log line, tag and message names a failure that is not the user's to fix."""
     text = brief(exc, limit)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -33,7 +33,7 @@ class DeviceUnavailable(Exception):
 
 class RankFailed(RuntimeError):
     """A data-parallel rank (another process) failed, or died without saying why: raised in the job
-    process by :func:`sweeps.job.ddp.first_failure`, its text the rank's own error. A CUDA error
+    process by `sweeps.job.ddp.first_failure`, its text the rank's own error. A CUDA error
     in that text, sticky or not, happened in the rank's process: the job process's CUDA is fine."""
 
 
@@ -62,5 +62,5 @@ class Terminated(KeyboardInterrupt):
 
 
 def signal_exception(signum: int) -> KeyboardInterrupt:
-    """The exception SIGINT or SIGTERM is raised as: :class:`Interrupted` or :class:`Terminated`."""
+    """The exception SIGINT or SIGTERM is raised as: [`Interrupted`][sweeps.errors.Interrupted] or [`Terminated`][sweeps.errors.Terminated]."""
     return Terminated() if signum == signal.SIGTERM else Interrupted()

@@ -1,13 +1,13 @@
-"""What one process remembers across the jobs it runs, in one object (:class:`ProcessState`),
-reached through one accessor (:func:`current`) and replaced by each entry point
-(:func:`begin_command`: ``python -m sweeps``, :func:`sweeps.run`).
+"""What one process remembers across the jobs it runs, in one object (`ProcessState`),
+reached through one accessor (`current`) and replaced by each entry point
+(`begin_command`: ``python -m sweeps``, [`sweeps.run`][sweeps.api.run]).
 
-Here, not in :mod:`sweeps.job`: the training code (:mod:`sweeps.train.memory`) notes a lost
+Here, not in `sweeps.job`: the training code (`sweeps.train.memory`) notes a lost
 CUDA context in it too, and nothing in ``train`` may import ``launch``. This module imports
 nothing of sweeps, so every layer may reach it.
 
 Environment variables are no channel inside one process: the sweep's parent run and swept keys
-live in :attr:`ProcessState.sweep` (:mod:`sweeps.job.parent_run` also exports them, for
+live in `ProcessState.sweep` (`sweeps.job.parent_run` also exports them, for
 the jobs that launchers run in child processes).
 """
 from __future__ import annotations
@@ -22,24 +22,24 @@ class ProcessState:
     - ``outcomes``: how many jobs this process ended with each outcome (``sweep_error``: the
       sweep's count of ``error`` children, read from MLflow) — the exit status;
     - ``last_job``: the last job closed (name, outcome, run_id, tracking_uri) — the CLI's last words;
-    - ``last_sweep``: the last sweep closed (run_id, tracking_uri) — what :func:`sweeps.run` reads;
+    - ``last_sweep``: the last sweep closed (run_id, tracking_uri) — what [`sweeps.run`][sweeps.api.run] reads;
     - ``sweep``: the running sweep's parent_run_id, tracking_uri, swept_keys ({} outside one);
     - ``planned_jobs``: how many jobs the running sweep will launch (None: a single run; 0: not
       known in advance);
     - ``exits_after_command``: the process ends with this command (``python -m sweeps``, not
-      :func:`sweeps.run`): a single run's job leaves nothing for a next one to be freed of;
+      [`sweeps.run`][sweeps.api.run]): a single run's job leaves nothing for a next one to be freed of;
     - ``signals``: SIGINT/SIGTERM numbers received since the handlers were installed, in order;
     - ``cuda_lost``: the one line of a sticky CUDA error ("" while the CUDA context is fine);
     - ``cuda_contexts``: CUDA indices (this process's numbering) where a job made a context;
     - ``pool_waited_s``: seconds the latest GPU-pool claim waited (s);
     - ``pool_held``: the running job's pool GPUs (NVML UUIDs);
-    - ``said``: the machine notices said so far (:func:`said_once`);
+    - ``said``: the machine notices said so far (`said_once`);
     - ``job_times``: the wall times (s) of the running sweep's jobs this process ran, for the
       console's time left;
     - ``held``: the automatic speed choices a sweep holds constant, decided by the first job of
       each key and reused by the later ones: ``{(sweep's parent run id, model, dataset, device
-      type): choice}`` (the torch thread count: :func:`sweeps.train.speed.threads_held_for_sweep`);
-    - ``job_kinds``: the console's time left by kind of job (:mod:`sweeps.job.progress`):
+      type): choice}`` (the torch thread count: `sweeps.train.speed.threads_held_for_sweep`);
+    - ``job_kinds``: the console's time left by kind of job (`sweeps.job.progress`):
       ``plan``, the kind of each job the running sweep launches, in order; ``running``, the kind
       of the job running now; ``times``, {kind: wall times (s) of the jobs of it this process ran}.
     """
@@ -77,7 +77,7 @@ def replace(state: ProcessState) -> ProcessState:
 
 
 def begin_command() -> ProcessState:
-    """A fresh state for a new command in this process (the CLI, :func:`sweeps.run`): no counts,
+    """A fresh state for a new command in this process (the CLI, [`sweeps.run`][sweeps.api.run]): no counts,
     no last job or sweep, no signals. What is true of the process itself carries over: a CUDA
     context lost to a sticky error stays lost, and the contexts made stay made."""
     old = _current

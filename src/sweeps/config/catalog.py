@@ -1,6 +1,6 @@
 """The groups, options and presets a user chooses from, each described by its YAML's first
 comment line: the lists ``python -m sweeps --help`` prints (Hydra's help template calls
-:func:`help_section` through the ``${sweeps_help:NAME}`` resolver), read from the same files the
+`help_section` through the ``${sweeps_help:NAME}`` resolver), read from the same files the
 composition reads, so the page cannot drift from ``conf/`` or from a user's ``--config-dir``.
 
 Hidden: the schemas (``schema/*``, structured configs only), the smoke preset's ``case``
@@ -108,7 +108,7 @@ def _hidden(group: str) -> bool:
 
 def _rows(items: list[tuple[str, str]], indent: int, name_width: int = 0) -> list[str]:
     """``name  description`` rows, the descriptions aligned (at ``name_width`` at least) and
-    wrapped to :data:`WIDTH`."""
+    wrapped to `WIDTH`."""
     name_width = max([name_width, *(len(n) for n, _ in items)]) + 2
     rows = []
     for name, text in items:

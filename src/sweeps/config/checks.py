@@ -1,5 +1,5 @@
 """Checks of a composed config that its types cannot express, and the global batch size derived
-from it (the learning rate: :mod:`sweeps.config.lr`). Every failure is a :class:`UsageError` with
+from it (the learning rate: `sweeps.config.lr`). Every failure is a [`UsageError`][sweeps.errors.UsageError] with
 one line that names the key and says what would work."""
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def validate(cfg: DictConfig) -> None:
     """Check what the schema's types cannot; raise UsageError with one line naming the key.
 
     Group keys read here are on every option of their group (the base classes of
-    :mod:`sweeps.config.options`), except ``device=ddp``'s own, read only for ddp.
+    `sweeps.config.options`), except ``device=ddp``'s own, read only for ddp.
     """
     batch_size(cfg, 1)
     if cfg.task not in names.GROUP_OPTIONS["task"]:
@@ -109,11 +109,11 @@ def validate(cfg: DictConfig) -> None:
 
 
 def check_importable(cfg: DictConfig, choices: dict[str, Any] | None = None) -> None:
-    """Every ``_target_`` of the job's parts (:data:`sweeps.names.TARGET_GROUPS`, nested ones
+    """Every ``_target_`` of the job's parts (`sweeps.names.TARGET_GROUPS`, nested ones
     included) whose top-level module is nowhere on the path: the job would fail to import it.
-    Found without importing anything (:func:`importlib.util.find_spec` of the top-level name), so
+    Found without importing anything (`importlib.util.find_spec` of the top-level name), so
     the check costs no torch; a module that exists but lacks the name is the job's to say
-    (:func:`sweeps.config.targets.locate`), with the same line. ``choices``: the options Hydra
+    (`sweeps.config.targets.locate`), with the same line. ``choices``: the options Hydra
     chose (``hydra.runtime.choices``), where no Hydra context names them.
 
     Raises:
@@ -175,7 +175,7 @@ def config_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
 
 
 def close_keys(cfg: DictConfig | None, key: str) -> list[str]:
-    """The keys of ``cfg`` nearest to ``key``, best first (:func:`nearest`): under a parent the
+    """The keys of ``cfg`` nearest to ``key``, best first (`nearest`): under a parent the
     config has, its children (``dataset.train_sizes`` → ``dataset.train_size``); under one it
     lacks, any dotted key (``datset.root`` → ``dataset.root``); failing those, a key whose last
     part is near (``lr`` → ``optimizer.lr``). ``hydra.*`` keys only for a ``hydra.*`` key; never
@@ -199,8 +199,8 @@ def close_keys(cfg: DictConfig | None, key: str) -> list[str]:
 
 
 def nearest(word: str, choices: list[str], cutoff: float = 0.6, margin: float = 0.1) -> list[str]:
-    """The ``choices`` like ``word`` (:class:`difflib.SequenceMatcher` ratio ≥ ``cutoff``, as
-    :func:`difflib.get_close_matches`), best first, only those within ``margin`` of the best: a
+    """The ``choices`` like ``word`` (`difflib.SequenceMatcher` ratio ≥ ``cutoff``, as
+    `difflib.get_close_matches`), best first, only those within ``margin`` of the best: a
     clear best match comes alone (``train_sizes`` → ``train_size``, not also ``test_size``)."""
     scored = sorted(((difflib.SequenceMatcher(None, word, c).ratio(), c) for c in choices), reverse=True)
     scored = [(r, c) for r, c in scored if r >= cutoff]
@@ -209,7 +209,7 @@ def nearest(word: str, choices: list[str], cutoff: float = 0.6, margin: float = 
 
 def no_key_line(key: str, cfg: DictConfig | None, said: str = "", value: str | None = None) -> str:
     """The one line for a key the config does not have (``epoch=3``): the nearest keys
-    (:func:`close_keys`) or, under a part that is a ``_target_`` (``model.depth=3``), how to pass
+    (`close_keys`) or, under a part that is a ``_target_`` (``model.depth=3``), how to pass
     it to the target; ``said``: Hydra's own words for it (``Key 'epoch' not in 'Config'``)."""
     near = close_keys(cfg, key)
     notes = [n for n in (said.strip().rstrip("."), KEYS_HINT) if n]

@@ -4,7 +4,7 @@ An optimizer option gives one of two keys (both sweeps' own, never passed to the
 
 - ``lr``: the learning rate at every batch size, as written (no scaling);
 - ``base_lr``: the learning rate at ``lr_scaling.base_batch`` examples per step, scaled to the
-  job's batch by ``lr_scaling.rule`` (:func:`scaled_lr`) — study 1's convention.
+  job's batch by ``lr_scaling.rule`` (`scaled_lr`) — study 1's convention.
 
 Both in the option's YAML (or both on the command line) is ambiguous and refused in one line
 naming each source. Otherwise the more specific source wins:
@@ -14,7 +14,7 @@ naming each source. Otherwise the more specific source wins:
   last wins;
 - an optimizer option chosen on the command line (``+experiment=diabetes optimizer=mysgd``) whose
   YAML sets one of them replaces the other where a preset set it: the preset's rate was for the
-  preset's own optimizer. The job's lr line says so (:data:`NOTE_KEY`, :func:`describe_lr`).
+  preset's own optimizer. The job's lr line says so (`NOTE_KEY`, `describe_lr`).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from omegaconf import DictConfig, open_dict
 from sweeps.errors import UsageError
 
 LR_KEYS = ("lr", "base_lr")
-# Set by :func:`settle` in the optimizer node where the rate it kept needs saying (a preset's other
-# key set aside); read by :func:`describe_lr`; sweeps' own, never passed to the optimizer class.
+# Set by `settle` in the optimizer node where the rate it kept needs saying (a preset's other
+# key set aside); read by `describe_lr`; sweeps' own, never passed to the optimizer class.
 NOTE_KEY = "lr_note"
 
 
@@ -59,7 +59,7 @@ def settle(node: DictConfig, option: str, overrides: Iterable[str] = (), written
     - else the option was ``chosen`` on the command line and ``written`` (the keys its own YAML
       ``file`` sets, where known) holds only one: the other, which the preset (``preset``, e.g.
       ``experiment/diabetes``; empty: none chosen) or the primary config set for its own
-      optimizer, is cleared and the node's :data:`NOTE_KEY` says so.
+      optimizer, is cleared and the node's `NOTE_KEY` says so.
 
     Idempotent.
 
@@ -110,10 +110,10 @@ def describe_lr(cfg: DictConfig, batch: int) -> tuple[float, str]:
     """The learning rate a job of ``cfg`` trains at with a global batch of ``batch`` examples,
     and one line saying where it came from: ``lr 0.025 = base_lr 0.1 × 32/128 (linear)``,
     ``lr 0.001 = base_lr 0.001 × √(128/128) (sqrt)``, ``lr 0.01 = base_lr 0.01 (none)`` or
-    ``lr 0.05 (as written, no scaling)``; where :func:`settle` set a preset's key aside, its note
+    ``lr 0.05 (as written, no scaling)``; where `settle` set a preset's key aside, its note
     instead: ``lr 0.003 (optimizer=mysgd's lr, as written; the preset's base_lr 0.01 was for its
     own optimizer)``. ``cfg`` has been through
-    :func:`sweeps.config.targets.complete` (one of ``optimizer.lr`` / ``base_lr`` set).
+    [`sweeps.config.targets.complete`][sweeps.config.targets.complete] (one of ``optimizer.lr`` / ``base_lr`` set).
 
     Raises:
         UsageError: unknown ``lr_scaling.rule``.

@@ -1,7 +1,7 @@
 """Schemas of the group options: one dataclass for each option of the closed groups device,
 lr_scaling and precision (sweeps' code branches on them), and for the ``_target_`` groups
-(dataset, optimizer, schedule, loss) the keys sweeps reads itself (:data:`OWN_KEYS`; the rest of
-such a node is its target's arguments, see :mod:`sweeps.config.targets`).
+(dataset, optimizer, schedule, loss) the keys sweeps reads itself (`OWN_KEYS`; the rest of
+such a node is its target's arguments, see `sweeps.config.targets`).
 
 Each ``conf/<group>/<option>.yaml`` of a closed group starts with ``defaults: [/schema/<group>/<option>@_here_,
 _self_]``, so its node holds exactly the fields that option reads. A run then logs (and hashes)
@@ -21,7 +21,7 @@ from omegaconf import MISSING
 # ── the _target_ groups: sweeps' own keys (the rest of each node goes to its target) ─────────
 @dataclass
 class DatasetKeys:
-    """Keys of every ``dataset`` option that sweeps reads itself (see :mod:`sweeps.config.targets`);
+    """Keys of every ``dataset`` option that sweeps reads itself (see `sweeps.config.targets`);
     ``root``, ``seed``, ``num_classes``, ``regression``, ``train_size`` and ``test_size`` also go to
     the target where its signature names them."""
 
@@ -40,7 +40,7 @@ class DatasetKeys:
 class OptimizerKeys:
     """Keys of every ``optimizer`` option that sweeps reads itself; the others go to the
     ``torch.optim`` class (or the user's) that ``_target_`` names, with the ``lr`` of
-    :func:`sweeps.config.lr.describe_lr`. One of ``lr`` and ``base_lr`` is set."""
+    `sweeps.config.lr.describe_lr`. One of ``lr`` and ``base_lr`` is set."""
 
     name: Optional[str] = None
     lr: Optional[float] = None  # the learning rate at every batch size, as written (no scaling)

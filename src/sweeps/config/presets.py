@@ -4,7 +4,7 @@ recipe logs beside study 1), so ``+experiment=NAME`` and the report's ``--experi
 agree. Without a preset the experiment is ``sweeps``; ``mlflow.experiment=`` on the command line
 wins over both.
 
-The name is filled in as Hydra composes (:func:`name_the_experiment`), where the preset Hydra
+The name is filled in as Hydra composes (`name_the_experiment`), where the preset Hydra
 chose is known (``hydra.runtime.choices``): every composition — the command line, each job of a
 sweep, ``--cfg job``, Hydra's compose API — sees the final name, and no key reads it unset.
 """
@@ -21,7 +21,7 @@ DEFAULT_EXPERIMENT = "sweeps"  # the MLflow experiment of a command without a pr
 
 def fill_experiment(cfg: DictConfig) -> None:
     """Set ``cfg.mlflow.experiment`` where it is null: the preset's name (from ``cfg.hydra``'s
-    choices), else :data:`DEFAULT_EXPERIMENT`. A config without ``mlflow`` or ``hydra`` is left
+    choices), else `DEFAULT_EXPERIMENT`. A config without ``mlflow`` or ``hydra`` is left
     as it is."""
     if "mlflow" not in cfg or cfg.mlflow.get("experiment") is not None or "hydra" not in cfg:
         return
@@ -30,10 +30,10 @@ def fill_experiment(cfg: DictConfig) -> None:
 
 
 def name_the_experiment() -> None:
-    """Hydra's config loader fills ``mlflow.experiment`` (:func:`fill_experiment`) at the end of
+    """Hydra's config loader fills ``mlflow.experiment`` (`fill_experiment`) at the end of
     each composition. Hydra 1.3 has no hook for it (``Callback.on_compose_config`` is not in a
-    1.3 release), so its ``load_configuration`` is wrapped, as :mod:`sweeps.config.schema` and
-    :mod:`sweeps.sweep.compose_once` adapt other parts of it. Idempotent."""
+    1.3 release), so its ``load_configuration`` is wrapped, as `sweeps.config.schema` and
+    `sweeps.sweep.compose_once` adapt other parts of it. Idempotent."""
     from sweeps import compat
 
     compat.wrap_load_configuration(fill_experiment, "fills_experiment")

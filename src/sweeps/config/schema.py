@@ -1,16 +1,16 @@
-"""Config schema: the top-level :class:`Config` and its fixed nodes, registered in Hydra's
-ConfigStore with every group option's schema (:mod:`sweeps.config.options`).
+"""Config schema: the top-level `Config` and its fixed nodes, registered in Hydra's
+ConfigStore with every group option's schema (`sweeps.config.options`).
 
 The YAML files under ``conf/`` are merged into these typed nodes, so a misspelt key
 (``dataset.rooot=x``) or a wrong type (``epochs=abc``) fails at composition with Hydra's own
 message. What a type cannot say (``batch`` is a positive int *or* ``full``; ``batch`` ≤ 0) is
-checked by :func:`sweeps.config.checks.validate`, which raises :class:`sweeps.errors.UsageError`
+checked by `sweeps.config.checks.validate`, which raises [`sweeps.errors.UsageError`][sweeps.errors.UsageError]
 with one line.
 
 Config groups (``model``, ``dataset``, ``device``, ...) are ``Any`` here: an option of a closed
 group (device, lr_scaling, precision) extends its own schema (``schema/<group>/<option>``); an
 option of a ``_target_`` group (model, dataset, optimizer, schedule, loss) is its target's
-arguments plus sweeps' own keys, filled and checked by :func:`sweeps.config.targets.complete`.
+arguments plus sweeps' own keys, filled and checked by [`sweeps.config.targets.complete`][sweeps.config.targets.complete].
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class EvalConfig:
 
 @dataclass
 class TargetConfig:
-    """Time to a target quality (MLPerf Training's time-to-train; see :mod:`sweeps.time_to_target`)."""
+    """Time to a target quality (MLPerf Training's time-to-train; see `sweeps.time_to_target`)."""
 
     metric: Optional[str] = None  # a per-epoch metric, e.g. test/acc or test/rmse (None: no target)
     value: Optional[float] = None  # the quality to reach
@@ -152,7 +152,7 @@ def _share_the_store_in_copies() -> None:
 
 def register() -> None:
     """Store the schemas in Hydra's ConfigStore (idempotent); see also
-    :func:`_share_the_store_in_copies` and :func:`sweeps.config.presets.name_the_experiment`."""
+    `_share_the_store_in_copies` and `sweeps.config.presets.name_the_experiment`."""
     _share_the_store_in_copies()
     presets.name_the_experiment()
     if not OmegaConf.has_resolver("repo_dir"):  # ${repo_dir:}: the checkout holding src/sweeps/conf

@@ -2,11 +2,11 @@
 schedule, loss — is a Hydra ``_target_`` (Hydra docs, "Instantiating objects with
 hydra.utils.instantiate"), so a new part is one class or function and one YAML file.
 
-Each group's node mixes two kinds of keys: sweeps' own (:data:`OWN_KEYS`: ``dataset.train_size``,
+Each group's node mixes two kinds of keys: sweeps' own (`OWN_KEYS`: ``dataset.train_size``,
 ``optimizer.base_lr``, ...), which sweeps reads and never passes on, and the target's arguments
-(everything else). :func:`complete` fills the own keys a user's YAML leaves out with their
+(everything else). [`complete`][sweeps.config.targets.complete] fills the own keys a user's YAML leaves out with their
 defaults (so ``conf/dataset/waves.yaml`` with only ``_target_`` and its own arguments composes
-like a built-in option); :func:`call_target` calls the target with its arguments plus what sweeps
+like a built-in option); [`call_target`][sweeps.config.targets.call_target] calls the target with its arguments plus what sweeps
 supplies, and turns a target that does not import or rejects its arguments into one line.
 """
 from __future__ import annotations
@@ -28,10 +28,10 @@ HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 
 
 def complete(cfg: DictConfig, overrides: list[str] | None = None) -> DictConfig:
-    """Fill the own keys each group's node lacks (:data:`OWN_KEYS`'s defaults), check their
+    """Fill the own keys each group's node lacks (`OWN_KEYS`'s defaults), check their
     types, name the option (``<group>.name``: the option ``overrides`` choose, else the one Hydra
     chose, else the target's last component, lowercased), and leave one of ``optimizer.lr`` /
-    ``base_lr`` set (:func:`sweeps.config.lr.settle`, told what the optimizer option's own YAML
+    ``base_lr`` set (`sweeps.config.lr.settle`, told what the optimizer option's own YAML
     sets where both are set; ``overrides``: the job's command-line overrides, by default Hydra's
     for the running job). Idempotent; changes ``cfg`` in place and returns it.
 
@@ -165,7 +165,7 @@ def arguments(node: DictConfig, group: str) -> dict[str, Any]:
 # may set them too (root, num_classes, regression), and then its value is passed.
 RESERVED = {"dataset": {"root", "seed", "num_classes", "regression", "train_size", "test_size"},
             "schedule": {"epochs"}}
-# Keys sweeps writes into a node to explain it (the lr that applies, :data:`sweeps.config.lr.NOTE_KEY`):
+# Keys sweeps writes into a node to explain it (the lr that applies, `sweeps.config.lr.NOTE_KEY`):
 # never passed to its target.
 NOTES = {"optimizer": {NOTE_KEY}}
 
@@ -206,7 +206,7 @@ def declares(fn: Callable, name: str) -> bool:
 
 def check_target(node: DictConfig, group: str, *args: Any, supplied: dict[str, Any] | None = None,
           **kwargs: Any) -> tuple[Callable, dict[str, Any]]:
-    """What :func:`call_target` would call, checked without calling it: the target and its keyword
+    """What [`call_target`][sweeps.config.targets.call_target] would call, checked without calling it: the target and its keyword
     arguments (the option's keys, plus ``supplied`` where the signature names them).
 
     Raises:
@@ -238,7 +238,7 @@ def call_target(node: DictConfig, group: str, *args: Any, supplied: dict[str, An
     a node with ``_target_`` is built by Hydra first.
 
     Raises:
-        UsageError: as :func:`check_target`. Anything the target itself raises (a ValueError inside a
+        UsageError: as [`check_target`][sweeps.config.targets.check_target]. Anything the target itself raises (a ValueError inside a
             user's constructor, an OOM) goes on up unchanged: the job records it as its outcome.
     """
     fn, call = check_target(node, group, *args, supplied=supplied, **kwargs)
@@ -246,11 +246,11 @@ def call_target(node: DictConfig, group: str, *args: Any, supplied: dict[str, An
 
 
 def bind_target(node: DictConfig, group: str, positional: int) -> Callable:
-    """``node._target_`` with the option's keys bound (:func:`functools.partial`), to be called
+    """``node._target_`` with the option's keys bound (`functools.partial`), to be called
     later with ``positional`` positional arguments (a loss function: ``output, target`` per batch).
 
     Raises:
-        UsageError: as :func:`check_target`, for a call with that many positional arguments.
+        UsageError: as [`check_target`][sweeps.config.targets.check_target], for a call with that many positional arguments.
     """
     fn, call = check_target(node, group, *([None] * positional))
     return functools.partial(fn, **{k: _nested(v) for k, v in call.items()})

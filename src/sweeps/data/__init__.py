@@ -1,10 +1,10 @@
 """Data: the dataset contract (any ``dataset._target_``; the built-ins: torchvision, scikit-learn,
-synthetic), seeded subsets, and the loaders that serve them — host-side (DataLoader, :class:`~sweeps.data.loaders.TensorBatches`) or resident on
-the device (:mod:`sweeps.data.device_loader`).
+synthetic), seeded subsets, and the loaders that serve them — host-side (DataLoader, `TensorBatches`) or resident on
+the device (`sweeps.data.device_loader`).
 
-Owns: :class:`DataSpec` (what a model needs to know of the data), :func:`build_datasets`,
-:func:`make_loaders`, :func:`device_loaders`. Imports: torch, torchvision, scikit-learn,
-:mod:`sweeps.config`, :mod:`sweeps.names`, :mod:`sweeps.errors`.
+Owns: [`DataSpec`][sweeps.data.spec.DataSpec] (what a model needs to know of the data), [`build_datasets`][sweeps.data.datasets.build_datasets],
+`make_loaders`, `device_loaders`. Imports: torch, torchvision, scikit-learn,
+`sweeps.config`, `sweeps.names`, [`sweeps.errors`][sweeps.errors].
 """
 from sweeps.data.datasets import build_datasets
 from sweeps.data.spec import DataSpec

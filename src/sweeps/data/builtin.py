@@ -2,9 +2,9 @@
 MNIST, ImageFolder), scikit-learn (diabetes) and synthetic tensors.
 
 Each returns ``(train, test, DataSpec)`` — the contract's ``(train, test)`` plus the optional
-:class:`~sweeps.data.datasets.DataSpec` that states the shape, classes and the regression
-target's scale exactly (:func:`sweeps.data.datasets.build_datasets`). Missing files raise
-:class:`DataUnavailable` with one line that names ``dataset.root`` and says how to provide the
+[`DataSpec`][sweeps.data.spec.DataSpec] that states the shape, classes and the regression
+target's scale exactly ([`sweeps.data.datasets.build_datasets`][sweeps.data.datasets.build_datasets]). Missing files raise
+[`DataUnavailable`][sweeps.errors.DataUnavailable] with one line that names ``dataset.root`` and says how to provide the
 data; nothing here prints a traceback for a user's mistake. A function's ``reads`` attribute
 names the folders under ``root`` it reads (the data fingerprint); ``generated`` marks data made
 from the arguments alone (nothing to fingerprint).
@@ -122,7 +122,7 @@ def mnist10k(root: str, folder: str | None = None, augment: bool = False, seed: 
     """MNIST's 10,000 test digits from the idx files in ``<root>/raw`` (the repo ships them in
     ``examples/data/mnist-t10k``) as an ImageFolder: 8,000 train / 2,000 val images ``(1, 28, 28)``,
     10 classes. The PNGs are written once to ``folder`` (None: ``<root>/imagefolder``) by
-    :func:`sweeps.data.mnist_folder.ensure`, then read as :func:`imagefolder` reads any folder.
+    `sweeps.data.mnist_folder.ensure`, then read as `imagefolder` reads any folder.
 
     Raises:
         DataUnavailable: the idx files are missing or altered, or the folder cannot be written.

@@ -1,11 +1,11 @@
 """The dataset contract: a ``dataset._target_`` returns ``(train, test)`` map-style datasets of
-``(input, target)`` pairs; :func:`build_datasets` calls it, checks what came back, infers the
-:class:`DataSpec` and cuts seeded subsets.
+``(input, target)`` pairs; [`build_datasets`][sweeps.data.datasets.build_datasets] calls it, checks what came back, infers the
+[`DataSpec`][sweeps.data.spec.DataSpec] and cuts seeded subsets.
 
-The target is any callable (the built-ins are in :mod:`sweeps.data.builtin`): it gets the
-option's keys but sweeps' own (:class:`sweeps.config.options.DatasetKeys`), plus ``root``,
+The target is any callable (the built-ins are in `sweeps.data.builtin`): it gets the
+option's keys but sweeps' own (`sweeps.config.options.DatasetKeys`), plus ``root``,
 ``seed``, ``num_classes``, ``regression``, ``train_size``, ``test_size`` where its signature
-names them. It may return a third element, a :class:`DataSpec`, to state the shape, classes and a
+names them. It may return a third element, a [`DataSpec`][sweeps.data.spec.DataSpec], to state the shape, classes and a
 regression target's scale exactly; otherwise they are read from the first training example: an
 integer target (a Python ``int`` or an integer tensor) is a class index — classification with the
 largest label + 1 classes, unless the option says ``num_classes: N`` — and a float target is
@@ -29,7 +29,7 @@ log = logging.getLogger("sweeps")
 
 
 def build_datasets(cfg: DictConfig, seed: int) -> tuple[Dataset, Dataset, DataSpec]:
-    """Training and test datasets for ``cfg`` (the ``dataset`` node) and their :class:`DataSpec`.
+    """Training and test datasets for ``cfg`` (the ``dataset`` node) and their [`DataSpec`][sweeps.data.spec.DataSpec].
 
     Raises:
         DataUnavailable: files missing under the option's ``root`` (and not downloadable).
@@ -64,7 +64,7 @@ def build_datasets(cfg: DictConfig, seed: int) -> tuple[Dataset, Dataset, DataSp
 
 
 def infer_spec(train: Dataset, cfg: DictConfig, where: str = "dataset") -> DataSpec:
-    """The :class:`DataSpec` of ``train`` from its first example and the option's ``num_classes``
+    """The [`DataSpec`][sweeps.data.spec.DataSpec] of ``train`` from its first example and the option's ``num_classes``
     or ``regression`` keys (see the module docstring).
 
     Raises:

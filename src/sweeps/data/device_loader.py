@@ -16,7 +16,7 @@ The batches are the ones the DataLoader path gives, computed the same way:
 - normalisation is ``ToTensor`` then ``Normalize``: ``x / 255``, ``- mean``, ``/ std`` in fp32,
   the same three operations in the same order, so un-augmented batches are bitwise equal.
 
-Randomness comes from a :class:`torch.Generator` on the device seeded with ``seed``, exposed as
+Randomness comes from a `torch.Generator` on the device seeded with ``seed``, exposed as
 ``.generator`` (a checkpoint can save and restore it). Only in-memory datasets qualify: CIFAR-10
 and MNIST (torchvision keeps their pixels in ``.data``), diabetes and synthetic (tensors).
 Folders of image files are decoded by a DataLoader (``dataset.loader=dataloader``).
@@ -60,7 +60,7 @@ def _torchvision_kind(ds: Dataset) -> str | None:
 
 
 def can_reside(ds: Dataset) -> bool:
-    """Whether :func:`resident` can hold ``ds`` on the device (tensors, CIFAR-10, MNIST, or a
+    """Whether `resident` can hold ``ds`` on the device (tensors, CIFAR-10, MNIST, or a
     subset of one of them)."""
     inner = ds.dataset if isinstance(ds, Subset) else ds
     return isinstance(inner, TensorDataset) or _torchvision_kind(inner) is not None
@@ -68,7 +68,7 @@ def can_reside(ds: Dataset) -> bool:
 
 def resident_loader(loader: str, train: Dataset) -> bool:
     """Whether ``dataset.loader=loader`` serves ``train`` from the device: ``device`` yes,
-    ``dataloader`` no, ``auto`` where the data are in memory (:func:`can_reside`)."""
+    ``dataloader`` no, ``auto`` where the data are in memory (`can_reside`)."""
     return loader == "device" or (loader == "auto" and can_reside(train))
 
 
@@ -103,11 +103,11 @@ class DeviceBatches(IndexedBatches):
     """Batches of ``(x, y)`` cut from tensors resident on ``device``.
 
     Args:
-        data: the dataset's tensors (see :class:`Resident`), moved to ``device`` once here.
+        data: the dataset's tensors (see `Resident`), moved to ``device`` once here.
         batch: examples per batch; the last batch of an epoch holds the remainder.
         shuffle: a new seeded permutation every epoch (training) or the stored order (test).
-        augment: random crop (padding :data:`PAD`) + horizontal flip per example; images only.
-        seed: seeds :attr:`generator`, which lives on ``device``.
+        augment: random crop (padding `PAD`) + horizontal flip per example; images only.
+        seed: seeds `generator`, which lives on ``device``.
 
     Yields ``x`` ``(≤ batch, C, H, W)`` float32 normalised (images) or the stored features, and
     ``y``. Nothing here synchronizes with the host.
@@ -165,10 +165,10 @@ def device_loaders(train: Dataset, test: Dataset, batch: int, device: torch.devi
                    seed: int) -> tuple[DeviceBatches, DeviceBatches]:
     """Training batches (shuffled, seeded, augmented when ``augment``) and test batches (in
     order, ``min(batch, len(test))`` each), both resident on ``device`` — the device-side
-    counterpart of :func:`sweeps.data.loaders.make_loaders`.
+    counterpart of `sweeps.data.loaders.make_loaders`.
 
     Raises:
-        UsageError: a dataset that is not in memory (see :func:`resident`).
+        UsageError: a dataset that is not in memory (see `resident`).
     """
     test_data = resident(test)
     return (DeviceBatches(resident(train), batch, device, shuffle=True, augment=augment, seed=seed),

@@ -1,17 +1,17 @@
 """One epoch's batches cut by index from tensors held in memory — on the host
-(:class:`sweeps.data.loaders.TensorBatches`) or on the device
-(:class:`sweeps.data.device_loader.DeviceBatches`): one iterator, two ways to take examples."""
+(`sweeps.data.loaders.TensorBatches`) or on the device
+(`sweeps.data.device_loader.DeviceBatches`): one iterator, two ways to take examples."""
 from __future__ import annotations
 
 import torch
 
 
 class IndexedBatches:
-    """Iterates one epoch as ``len(self)`` batches of at most :attr:`batch_size` of :attr:`n`
-    examples: a new permutation from :attr:`generator` (on the generator's device) each epoch when
-    :attr:`shuffle`, else the stored order; a full batch is :meth:`whole` where that needs no
+    """Iterates one epoch as ``len(self)`` batches of at most `batch_size` of `n`
+    examples: a new permutation from `generator` (on the generator's device) each epoch when
+    `shuffle`, else the stored order; a full batch is `whole` where that needs no
     order. A subclass sets ``n``, ``batch_size``, ``shuffle``, ``generator`` and defines
-    :meth:`take`.
+    `take`.
     """
 
     n: int
@@ -42,7 +42,7 @@ class IndexedBatches:
         return slice(start, stop)
 
     def take(self, pick) -> tuple:
-        """The examples ``pick`` (an index tensor, or :meth:`in_order`'s) as one batch ``(x, y)``;
+        """The examples ``pick`` (an index tensor, or `in_order`'s) as one batch ``(x, y)``;
         a data-parallel rank takes its part of each step through this
-        (:mod:`sweeps.train.distributed`)."""
+        (`sweeps.train.distributed`)."""
         raise NotImplementedError

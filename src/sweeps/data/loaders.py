@@ -1,4 +1,4 @@
-"""Host-side loaders: a seeded, shuffled DataLoader for files, and :class:`TensorBatches` that
+"""Host-side loaders: a seeded, shuffled DataLoader for files, and `TensorBatches` that
 slices in-memory tensors with one gather per batch (no per-example Python calls)."""
 from __future__ import annotations
 
@@ -37,14 +37,14 @@ def default_workers(cfg: DictConfig, device: torch.device, train: Dataset | None
     when set. Null: 0 for in-memory tensors (workers would only add IPC); else the cores the
     training leaves free — on a GPU every core but one (up to 8: the training process needs one to
     feed the device); on a CPU the cores beyond torch's default intra-op thread count for the
-    process (:func:`process_threads`, up to 4), so workers never fight the training for cores (on
+    process (`process_threads`, up to 4), so workers never fight the training for cores (on
     a machine whose cores torch uses entirely: 0, images are decoded in the training process and
     show in ``phase/data_ms``).
 
     The count depends on the dataset, the device type and the machine only: not on the batch
     size, and not on the job's own thread count (``device.threads`` or the small-step rule), so
     every job of a model × dataset × device in a sweep gets the same workers and, with the device
-    type, the same pinning (:func:`make_loaders`). :func:`describe_workers` says which, for the
+    type, the same pinning (`make_loaders`). `describe_workers` says which, for the
     run's tags."""
     if cfg.num_workers is not None:
         return cfg.num_workers
@@ -99,7 +99,7 @@ class TensorBatches(IndexedBatches):
 
     def take(self, pick) -> tuple:
         """The examples ``pick`` (an index tensor or a slice) as ``(x, y)``; a data-parallel rank
-        takes its part of each step through this (:mod:`sweeps.train.distributed`)."""
+        takes its part of each step through this (`sweeps.train.distributed`)."""
         batch = tuple(t[pick] for t in self.tensors)
         return tuple(t.pin_memory() for t in batch) if self.pin else batch
 
@@ -110,8 +110,8 @@ class EpochKeyedSampler(Sampler):
     With DataLoader workers, augmentation runs on the workers' RNGs, which live in other
     processes (persistent: for the whole job) and which no checkpoint can save, so a resumed job
     would crop and flip differently from one that never stopped. Here the per-epoch key is drawn
-    from :attr:`generator` — the only state, saved with the checkpoint — and
-    :class:`KeyedExamples` seeds the worker's RNG from ``(key, index)`` before each example, so the
+    from `generator` — the only state, saved with the checkpoint — and
+    `KeyedExamples` seeds the worker's RNG from ``(key, index)`` before each example, so the
     augmentation of example *i* in epoch *e* no longer depends on which worker drew it or on
     when the workers started. Yields ``(int, int)`` pairs, ``len(source)`` per epoch.
     """
@@ -130,7 +130,7 @@ class EpochKeyedSampler(Sampler):
 
 class KeyedExamples(Dataset):
     """``dataset[(key, i)]`` = ``dataset[i]`` with, in a worker process, torch's RNG seeded from
-    ``(key, i)`` first (see :class:`EpochKeyedSampler`); in the training process itself the global
+    ``(key, i)`` first (see `EpochKeyedSampler`); in the training process itself the global
     RNG is left alone (a checkpoint restores it)."""
 
     def __init__(self, dataset: Dataset):
@@ -157,8 +157,8 @@ def shuffle_generator(loader) -> torch.Generator | None:
 def make_loaders(train: Dataset, test: Dataset, batch: int, device: torch.device, workers: int,
                  seed: int) -> tuple:
     """Shuffled training loader (seeded) and ordered test loader, both of ``batch`` examples:
-    :class:`TensorBatches` for in-memory tensors, a DataLoader for everything else (with workers,
-    an :class:`EpochKeyedSampler` so that a resumed job draws the same examples and
+    `TensorBatches` for in-memory tensors, a DataLoader for everything else (with workers,
+    an `EpochKeyedSampler` so that a resumed job draws the same examples and
     augmentations as one that never stopped)."""
     pin = device.type == "cuda"  # page-locked batches: asynchronous host-to-device copies
     if isinstance(train, TensorDataset) and isinstance(test, TensorDataset):

@@ -52,7 +52,7 @@ def ensure(raw: str | Path, out: str | Path) -> Path:
     ``out`` lacks ``train/`` and ``val/``, else left as it is. ~3-10 s for the 10,000 PNGs (~9 MB).
 
     Raises:
-        DataUnavailable: the idx files are missing or altered (:func:`read_idx`), or ``out``
+        DataUnavailable: the idx files are missing or altered (`read_idx`), or ``out``
             cannot be written.
     """
     raw, out = Path(raw).expanduser(), Path(out).expanduser()

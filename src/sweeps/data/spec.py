@@ -1,4 +1,4 @@
-"""What a model needs to know about the data: :class:`DataSpec`."""
+"""What a model needs to know about the data: [`DataSpec`][sweeps.data.spec.DataSpec]."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,7 +16,7 @@ class DataSpec:
         in_shape: one example's shape, ``(C, H, W)`` for images, ``(F,)`` for tabular rows,
             ``(C, L)`` for sequences — whatever the model's ``in_shape`` argument expects.
         num_outputs: classes, or 1 for regression.
-        task: ``classification`` or ``regression`` (:data:`TASKS`); anything else is refused
+        task: ``classification`` or ``regression`` (`TASKS`); anything else is refused
             when the spec is made (a ``UsageError`` naming both).
         target_scale: regression: std of the raw target, so RMSE is reported in target units
             (1.0: the targets are already in their units).

@@ -1,25 +1,25 @@
 """Data-parallel training (``device=ddp``): start and supervise ``device.gpus`` processes.
 
-The job process (its :class:`~sweeps.job.lifecycle.JobRun` has opened the MLflow run) starts N
-ranks with torch's own launcher (:func:`torch.distributed.launcher.api.elastic_launch`,
+The job process (its `JobRun` has opened the MLflow run) starts N
+ranks with torch's own launcher (`torch.distributed.launcher.api.elastic_launch`,
 torchrun's ``--standalone`` semantics: one node, a c10d rendezvous on a free local port, no
 restarts), NCCL on GPUs, Gloo on the CPU. Each rank runs the same training code as one device
-(:mod:`sweeps.job.rank`); the training itself — global batch split over the ranks, one
+(`sweeps.job.rank`); the training itself — global batch split over the ranks, one
 shared permutation per epoch, gradients averaged, records gathered once per epoch — lives in
-:mod:`sweeps.train.distributed`.
+`sweeps.train.distributed`.
 
 - Rank 0 appends every epoch as it ends to the run's journal, which the job process's follower
-  ships to the job's run (:mod:`sweeps.tracking.follower.follower`); the job process never writes the
+  ships to the job's run (`sweeps.tracking.follower.follower`); the job process never writes the
   journal while ranks run, and once they have ended (any way) it reads rank 0's records back
   from it, so the job's summary and ``epochs.csv`` are those of one device, and its end drains
   them all into the run.
 - A rank that fails writes one JSON line per failure and exits; the agent (polling every
-  :data:`MONITOR_S`) stops the other ranks at once; this module raises the earliest failure as
-  what a one-device job would have raised: :class:`torch.OutOfMemoryError` (``oom``),
-  :class:`~sweeps.errors.Diverged`, :class:`~sweeps.errors.RankFailed` naming the rank (``error``;
+  `MONITOR_S`) stops the other ranks at once; this module raises the earliest failure as
+  what a one-device job would have raised: `torch.OutOfMemoryError` (``oom``),
+  [`Diverged`][sweeps.errors.Diverged], [`RankFailed`][sweeps.errors.RankFailed] naming the rank (``error``;
   a sticky CUDA error in its text lost that rank's context, not the job process's).
   ``device.timeout_s`` bounds the rendezvous and every collective: the last resort of a hang.
-- Under the GPU pool (:mod:`sweeps.placement.gpu_pool`) the job holds ``device.gpus`` GPUs and the
+- Under the GPU pool (`sweeps.placement.gpu_pool`) the job holds ``device.gpus`` GPUs and the
   ranks are started with ``CUDA_VISIBLE_DEVICES`` set to their UUIDs, so rank r runs on the
   r-th GPU the job holds, never on one another job holds.
 - SIGINT/SIGTERM to the job process: the agent stops the ranks (rank 0 flushes), then the job
@@ -59,7 +59,7 @@ def launch(job, journal: Path) -> None:
     """Run the job's task on ``device.gpus`` ranks and wait for them; afterwards (on every
     ending) ``job.epochs.records`` holds rank 0's records from ``journal``.
 
-    ``job`` is the :class:`~sweeps.job.lifecycle.JobRun` whose run is open: its ``cfg``,
+    ``job`` is the `JobRun` whose run is open: its ``cfg``,
     ``run_id``, ``checkpoints.directory`` and ``resume_state`` are passed on to the ranks.
 
     Raises:
@@ -120,7 +120,7 @@ def launch(job, journal: Path) -> None:
 
 def first_failure(work_dir: Path, exc: Exception) -> Exception:
     """The exception to end the job with: the earliest of the ranks' failure files (see
-    :mod:`sweeps.job.rank`), else what the launcher says of the first rank that exited."""
+    `sweeps.job.rank`), else what the launcher says of the first rank that exited."""
     reports = []
     for path in work_dir.glob("rank*.json"):
         try:

@@ -26,7 +26,7 @@ log = logging.getLogger("sweeps")
 class Identity:
     """``config_hash`` (16 hex), ``tags`` (its parts and the user's code, tagged on the run),
     ``without_code`` (the hash without the user's code; None where the job runs none) and
-    ``code`` (:class:`~sweeps.provenance.user_code.UserCode`)."""
+    ``code`` (`UserCode`)."""
 
     config_hash: str
     tags: dict[str, str]
@@ -51,7 +51,7 @@ def of_job(cfg: DictConfig, ignore: tuple[str, ...] = ()) -> Identity:
 
 
 def previous_run(client, experiment_id: str, identity: Identity, name: str):
-    """:func:`sweeps.tracking.replay.resume.previous_run` for ``identity``; where there is none but the
+    """`sweeps.tracking.replay.resume.previous_run` for ``identity``; where there is none but the
     same job ran with other code, one line names the files that changed since that run
     (``job batch=32: mynets/model.py changed since run 8387… (ok): running again``)."""
     previous = resume.previous_run(client, experiment_id, identity.config_hash)

@@ -1,11 +1,11 @@
 """Outcomes: how a job ended, as data. An OOM or a crash is logged and the sweep goes on.
 
-A sticky CUDA error (illegal address, ECC, launch failure: :func:`is_sticky_cuda_error`) ends its
+A sticky CUDA error (illegal address, ECC, launch failure: `is_sticky_cuda_error`) ends its
 job ``error`` with a line that says so, and marks this process's CUDA context as lost: every
 later CUDA job in the process then ends ``unavailable`` at once with a line naming the cause
-(:func:`sweeps.placement.device.resolve_device`) instead of failing with errors of its own; CPU jobs
+(`sweeps.placement.device.resolve_device`) instead of failing with errors of its own; CPU jobs
 still run. A rerun of the sweep (a fresh process) runs those jobs; resume skips the done ones.
-A data-parallel rank's error (:class:`~sweeps.errors.RankFailed`) is classified by its text too,
+A data-parallel rank's error ([`RankFailed`][sweeps.errors.RankFailed]) is classified by its text too,
 but a sticky CUDA error there lost the rank's context, in its own process: this one's is fine.
 """
 from __future__ import annotations

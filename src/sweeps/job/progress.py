@@ -31,7 +31,7 @@ KIND_KEYS = ("model", "dataset", "device", "epochs", "case", "task", "precision"
 
 def job_kind(overrides: Iterable[str]) -> str:
     """A job's kind, from its Hydra overrides: those whose key (``+``/``~``/``++`` dropped) is in
-    :data:`KIND_KEYS` or under one of them (``model.depth=10``, ``dataset.train_size=64``),
+    `KIND_KEYS` or under one of them (``model.depth=10``, ``dataset.train_size=64``),
     sorted and joined by spaces ("" when none are)."""
     kept = []
     for item in overrides:
@@ -49,8 +49,8 @@ STARTING = "  starting: the store and torch load (a few seconds)"
 def begin_sweep(jobs: int, plan: Iterable[Iterable[str]] = ()) -> None:
     """Note the sweep's start and size (jobs launched elsewhere read the size from the environment)
     and, where the sweep's jobs are known in advance (``plan``: each job's overrides, in launch
-    order: sweeps' sweeper, Hydra's basic one), each one's kind (:func:`job_kind`) for the time left.
-    Prints :data:`STARTING` once per sweep: the header's next line, so the seconds before the
+    order: sweeps' sweeper, Hydra's basic one), each one's kind (`job_kind`) for the time left.
+    Prints `STARTING` once per sweep: the header's next line, so the seconds before the
     first job's line are not silent."""
     if said_once("starting"):
         print(STARTING, flush=True)
@@ -62,7 +62,7 @@ def begin_sweep(jobs: int, plan: Iterable[Iterable[str]] = ()) -> None:
 def job_line(name: str, number: int | None, overrides: Iterable[str] = ()) -> str:
     """``[k/N] name`` and the time the rest of the sweep should take (this job included); ``name``
     alone in a single run. ``number``: the job's place in the sweep, from 1 (None: unknown);
-    ``overrides``: the job's Hydra overrides, which give its kind (:func:`job_kind`).
+    ``overrides``: the job's Hydra overrides, which give its kind (`job_kind`).
 
     The time left is Σ over the jobs left of the mean wall time (s) of the jobs of their kind that
     this process ran in this sweep: ``(about 0:00:13 left)``. Where a job left is of a kind not
@@ -80,7 +80,7 @@ def job_line(name: str, number: int | None, overrides: Iterable[str] = ()) -> st
 def time_left(plan: list[str], times: dict[str, list[float]], number: int) -> str:
     """The console's words for the time left at the start of job ``number`` (from 1) of the jobs
     whose kinds are ``plan``, given the wall times (s) of the jobs run so far by kind: "" before
-    any ran or without a plan; see :func:`job_line`."""
+    any ran or without a plan; see `job_line`."""
     left = plan[number - 1:] if 0 < number <= len(plan) else []
     if not left or not any(times.values()):
         return ""
@@ -92,7 +92,7 @@ def time_left(plan: list[str], times: dict[str, list[float]], number: int) -> st
 
 def job_ended(seconds: float) -> None:
     """Count a job's wall time (s) into the estimate of the time left, under the kind of the job
-    :func:`job_line` last announced."""
+    `job_line` last announced."""
     current().job_times.append(seconds)
     kinds = current().job_kinds
     kinds.setdefault("times", {}).setdefault(kinds.get("running", ""), []).append(seconds)

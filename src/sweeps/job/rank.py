@@ -1,8 +1,8 @@
 """One rank of a data-parallel job (``device=ddp``): the process torch's launcher starts N times.
 
 Each rank joins the process group, builds the job's data and runs the same
-:meth:`sweeps.tasks.train.TrainTask.run` as a one-device job, with a :class:`RankRun` in the place
-of the job process's :class:`~sweeps.job.lifecycle.JobRun`:
+`sweeps.tasks.train.TrainTask.run` as a one-device job, with a `RankRun` in the place
+of the job process's `JobRun`:
 
 - rank 0 logs each epoch as it ends into the job's MLflow run (opened, and later closed, by the
   job process), appends it to the run's journal, prints the console rows and saves checkpoints;
@@ -10,16 +10,16 @@ of the job process's :class:`~sweeps.job.lifecycle.JobRun`:
 
 How a rank ends. OK: rank 0 flushes its writer, the rank leaves the group and returns. A failure
 (any exception): the rank writes ``{rank, kind, type, text, time}`` as JSON to
-``<work dir>/rank<r>.json`` (``kind``: the outcome :func:`sweeps.job.outcome.classify`
+``<work dir>/rank<r>.json`` (``kind``: the outcome `sweeps.job.outcome.classify`
 gives — ``oom``, ``diverged``, ``error``…; ``text``: one line; ``time``: Unix s), flushes, and
 exits 1 at once (``os._exit``: no teardown of a process group a dead peer may hang); the agent
 sees the exit within its ``monitor_interval`` and sends the other ranks SIGTERM. SIGTERM and
-SIGINT raise :class:`~sweeps.errors.Terminated` / KeyboardInterrupt, so ``finally`` blocks run and
+SIGINT raise [`Terminated`][sweeps.errors.Terminated] / KeyboardInterrupt, so ``finally`` blocks run and
 rank 0 flushes; a rank stuck where Python cannot run a handler (a CUDA sync waiting on NCCL for a
-dead peer) is ended by a watchdog :data:`GRACE_S` seconds after the signal, after a flush.
+dead peer) is ended by a watchdog `GRACE_S` seconds after the signal, after a flush.
 A rank ignores SIGUSR2: in a Slurm job (``hydra/launcher=slurm``) Slurm's time-limit warning
 reaches every process of the step, and the job process acts on it, stopping the ranks through
-the agent (:mod:`sweeps.launchers.slurm.requeue`); a rank killed by it would end the job ``error``.
+the agent (`sweeps.launchers.slurm.requeue`); a rank killed by it would end the job ``error``.
 """
 from __future__ import annotations
 
@@ -84,11 +84,11 @@ class _Silent:
 
 
 class RankRun:
-    """The job as one rank sees it: what :meth:`Task.run` uses of a
-    :class:`~sweeps.job.lifecycle.JobRun` — :attr:`writer`, :attr:`epochs`, :attr:`checkpoints`,
-    :attr:`resume_state`, :attr:`telemetry`, :attr:`log`. Rank 0's write to the job's run
+    """The job as one rank sees it: what `Task.run` uses of a
+    `JobRun` — `writer`, `epochs`, `checkpoints`,
+    `resume_state`, `telemetry`, `log`. Rank 0's write to the job's run
     (without changing its status), journal and checkpoint folder; telemetry samples rank 0's
-    process and every rank's GPU (:func:`job_gpus`; its per-epoch metrics join the records)."""
+    process and every rank's GPU (`job_gpus`; its per-epoch metrics join the records)."""
 
     log = log
 
@@ -191,7 +191,7 @@ def _failed(work_dir: str, rank: int, exc: BaseException) -> int:
 
 
 class _Watchdog:
-    """Ends this process :data:`GRACE_S` s after SIGTERM/SIGINT unless the main thread has ended it
+    """Ends this process `GRACE_S` s after SIGTERM/SIGINT unless the main thread has ended it
     by then. Python runs a signal handler only between bytecodes: a rank blocked in C (a CUDA
     sync on an NCCL collective whose peer died) would otherwise wait for the agent's SIGKILL,
     30 s later, and rank 0's queued metrics would be lost."""

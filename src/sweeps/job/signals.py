@@ -1,11 +1,11 @@
 """SIGINT and SIGTERM: the first is raised where the job is; every later one is only noted.
 
-While training, the first signal raises :class:`~sweeps.errors.Interrupted` (SIGINT, a
-KeyboardInterrupt) or :class:`~sweeps.errors.Terminated` (SIGTERM) where the job is, and the job
+While training, the first signal raises [`Interrupted`][sweeps.errors.Interrupted] (SIGINT, a
+KeyboardInterrupt) or [`Terminated`][sweeps.errors.Terminated] (SIGTERM) where the job is, and the job
 context turns it into ``outcome=killed``. From then on, any number of further signals (Ctrl-C held down, a scheduler
-resending) are only noted (:func:`received`): they are never raised into the code that closes
+resending) are only noted (`received`): they are never raised into the code that closes
 the runs, so every run is written whole and the process ends 130/143 with one line. While the
-job context opens or closes a run, even the first signal is only noted (:func:`held`): the run is
+job context opens or closes a run, even the first signal is only noted (`held`): the run is
 written whole, exactly once, and the signal is raised right after.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _first(signum, frame) -> None:
 
 def install() -> None:
     """The handlers of a sweep process: the first SIGINT or SIGTERM raises KeyboardInterrupt or
-    :class:`Terminated` (even where the process inherited SIGINT ignored, as a background job of a
+    [`Terminated`][sweeps.errors.Terminated] (even where the process inherited SIGINT ignored, as a background job of a
     non-interactive shell does, so ``kill -INT`` still ends the sweep cleanly); later ones are
     noted only."""
     current().signals.clear()
@@ -51,7 +51,7 @@ def install() -> None:
 
 def note_only() -> None:
     """Note SIGINT and SIGTERM from now on, never raise them (in the main thread): the sweep has
-    returned and its exit status is being decided; the caller reads :func:`received`."""
+    returned and its exit status is being decided; the caller reads `received`."""
     if threading.current_thread() is threading.main_thread():
         for s in SIGNALS:
             signal.signal(s, _note)
@@ -73,7 +73,7 @@ def name(signum: int) -> str:
 
 
 def received() -> list[int]:
-    """The signals noted since :func:`install` (empty: none), first first."""
+    """The signals noted since `install` (empty: none), first first."""
     return current().signals
 
 
@@ -82,7 +82,7 @@ def stop_if_received() -> None:
     sweep was interrupted, even where something swallowed the first exception).
 
     Raises:
-        Interrupted: SIGINT (or :class:`Terminated`: SIGTERM) was received."""
+        Interrupted: SIGINT (or [`Terminated`][sweeps.errors.Terminated]: SIGTERM) was received."""
     if received():
         raise signal_exception(received()[0])
 

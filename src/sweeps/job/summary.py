@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def summary_row(run: Any) -> dict:
-    """One summary row (see :func:`sweeps.console.summary_table`) from a job's MLflow run."""
+    """One summary row (see `sweeps.console.summary_table`) from a job's MLflow run."""
     m, tags = run.data.metrics, run.data.tags
     row = {"job": tags.get(names.OVERRIDES_TAG, run.info.run_name), "outcome": tags.get(names.OUTCOME_TAG, "?"),
            "error": tags.get(names.ERROR_TAG, ""), "first_s": m.get(names.FIRST_EPOCH_S),
@@ -38,7 +38,7 @@ def summary_row(run: Any) -> dict:
 def describe_run(client: MlflowClient, run_id: str, outcome: str, error: str) -> None:
     """Set run ``run_id``'s description (``mlflow.note.content``): its outcome line and its summary
     row, from the run as the store holds it once its job closed it (one read, one write; run where
-    the store is, :meth:`~sweeps.tracking.writer.run_writer.RunWriter.post`).
+    the store is, `post`).
 
     Raises:
         mlflow.exceptions.MlflowException: the store refused the read or the write.
@@ -61,8 +61,8 @@ def print_summary(client: MlflowClient, runs: list, parent_run_id: str | None = 
                   reused: dict[str, str] | None = None) -> str:
     """Print the summary of ``runs``; log it to the parent run when there is one. ``reused``:
     ``{run id: how}`` of the runs the sweep reused instead of running them (``earlier``,
-    ``elsewhere``: :func:`sweeps.report.runs.sweep_runs`): their job cell names the run
-    (:func:`reused_mark`) and the count line says how many."""
+    ``elsewhere``: `sweeps.report.runs.sweep_runs`): their job cell names the run
+    (`reused_mark`) and the count line says how many."""
     reused = reused or {}
     rows = []
     for r in runs:

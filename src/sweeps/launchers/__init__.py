@@ -1,17 +1,17 @@
 """Launchers plug in here: what the Hydra launcher running this process asks of a job, behind one
-interface (:class:`Launcher`) with one implementation per launcher, picked by :func:`current`
-from the launcher's ``_target_``. The job (:mod:`sweeps.job.lifecycle`) and the command
+interface (`Launcher`) with one implementation per launcher, picked by `current`
+from the launcher's ``_target_``. The job (`sweeps.job.lifecycle`) and the command
 line ask it — how many pool slots, what to do once a run is open, whether bad input ends this job
 alone — and never look at a launcher's name themselves.
 
-- :class:`Launcher` — Hydra's basic launcher (one job at a time, in this process) and any other
+- `Launcher` — Hydra's basic launcher (one job at a time, in this process) and any other
   not registered: ``$SWEEPS_GPU_POOL`` slots if set;
-- :class:`JoblibPool` — ``hydra/launcher=gpu_pool`` or ``joblib``: ``hydra.launcher.n_jobs``
-  concurrent jobs, one GPU each (:mod:`sweeps.placement.gpu_pool`);
-- :class:`SlurmArray` — ``hydra/launcher=slurm``: requeue on time limit or preemption, bad input
-  ends its Slurm job alone (:mod:`sweeps.launchers.slurm`).
+- `JoblibPool` — ``hydra/launcher=gpu_pool`` or ``joblib``: ``hydra.launcher.n_jobs``
+  concurrent jobs, one GPU each (`sweeps.placement.gpu_pool`);
+- `SlurmArray` — ``hydra/launcher=slurm``: requeue on time limit or preemption, bad input
+  ends its Slurm job alone (`sweeps.launchers.slurm`).
 
-A launcher of one's own plugs in with :func:`register`.
+A launcher of one's own plugs in with `register`.
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ class Launcher:
         return None
 
     def on_open(self, job) -> None:
-        """Called by the job (a :class:`~sweeps.job.lifecycle.JobRun`) once its run is open.
+        """Called by the job (a `JobRun`) once its run is open.
         A run inside any Slurm job (``sbatch``, ``srun``) gets its Slurm tags
-        (:func:`sweeps.launchers.slurm.requeue.on_open`; outside Slurm it does nothing)."""
+        (`sweeps.launchers.slurm.requeue.on_open`; outside Slurm it does nothing)."""
         requeue.on_open(job)
 
     def ends_job_alone(self) -> bool:
@@ -60,10 +60,10 @@ class JoblibPool(Launcher):
 
 class SlurmArray(Launcher):
     """``hydra/launcher=slurm``: each job in a Slurm job of its own, under the requeue protocol of
-    :mod:`sweeps.launchers.slurm.requeue` (its :func:`~sweeps.launchers.slurm.requeue.on_open`)."""
+    `sweeps.launchers.slurm.requeue` (its `on_open`)."""
 
     def ends_job_alone(self) -> bool:
-        """In the Slurm job's process (:func:`sweeps.launchers.slurm.requeue.run_job`): yes — the
+        """In the Slurm job's process (`sweeps.launchers.slurm.requeue.run_job`): yes — the
         sweep's process records the job ``error`` and keeps its parent run."""
         return requeue.in_job()
 

@@ -4,16 +4,16 @@ checks that turn a machine that cannot run a job into one line instead of a deep
 - the NVIDIA driver against the CUDA major version torch was built for (a too-old driver makes
   ``torch.cuda.is_available()`` False with a warning, so ``device=auto`` would silently train on
   the CPU of a GPU machine): ``outcome=unavailable`` naming both versions — for jobs that would
-  use CUDA only (:func:`uses_cuda`: not ``device=cpu``, not ``device=ddp`` on Gloo);
+  use CUDA only (`uses_cuda`: not ``device=cpu``, not ``device=ddp`` on Gloo);
 - ``compile=true`` with the inductor backend needs, on the CPU, a C++ compiler (inductor's C++
   kernels: ``$CXX``, else ``g++``), on CUDA a C compiler (Triton's launcher: ``$CC``, else ``gcc``
-  or ``clang``), and the Python headers (``Python.h``): :func:`preflight` stops the sweep with a
-  :class:`~sweeps.errors.UsageError` before any job runs;
+  or ``clang``), and the Python headers (``Python.h``): `preflight` stops the sweep with a
+  [`UsageError`][sweeps.errors.UsageError] before any job runs;
 - a process whose CUDA context a sticky error has lost runs no more CUDA jobs
-  (:mod:`sweeps.job.outcome`).
+  (`sweeps.job.outcome`).
 
-Also ``device=ddp``'s backend and rank 0's device (:func:`ddp_backend`, :func:`resolve_ddp`): the
-GPU pool and the data-parallel launcher (:mod:`sweeps.job.ddp`) both read them here,
+Also ``device=ddp``'s backend and rank 0's device (`ddp_backend`, `resolve_ddp`): the
+GPU pool and the data-parallel launcher (`sweeps.job.ddp`) both read them here,
 so neither imports the other back.
 """
 from __future__ import annotations
@@ -77,7 +77,7 @@ def driver_problem(nvml=None, cuda: str | None = None) -> str:
 def compiler_problem(cpu: bool = True, cuda: bool | None = None) -> str:
     """What ``compile=true`` (inductor) lacks here ("" when nothing): for ``cpu`` jobs a C++
     compiler, for ``cuda`` jobs (default: where CUDA is available) Triton's C compiler, and the
-    Python headers (see :data:`CXX_DEFAULT`)."""
+    Python headers (see `CXX_DEFAULT`)."""
     missing = []
     if cpu:
         cxx = os.environ.get("CXX")
@@ -106,7 +106,7 @@ def preflight(cfg: DictConfig) -> None:
 
     Raises:
         UsageError: ``compile=true`` with the inductor backend where the compiler its jobs need
-            (:func:`compiler_problem`) or the Python headers are not installed.
+            (`compiler_problem`) or the Python headers are not installed.
     """
     from sweeps.train.builder import compile_backend
 
@@ -128,9 +128,9 @@ def uses_cuda(cfg: DictConfig) -> bool:
 
 
 def contexts() -> set[int]:
-    """CUDA devices (indices, this process's numbering) on which :func:`resolve_device` made this
+    """CUDA devices (indices, this process's numbering) on which `resolve_device` made this
     process's CUDA context (``torch.cuda.set_device``, which creates it): it lives as long as the
-    process. Initialising CUDA alone (device count, properties: :func:`sweeps.placement.gpu_pool.gpu_keys`)
+    process. Initialising CUDA alone (device count, properties: `sweeps.placement.gpu_pool.gpu_keys`)
     makes none."""
     return set(current().cuda_contexts)
 
@@ -194,7 +194,7 @@ def resolve_ddp(cfg: DictConfig) -> torch.device:
 
 def job_devices(cfg: DictConfig, device: torch.device) -> list:
     """Every device the job uses, for its telemetry: ``[device]``, or for ``device=ddp`` on GPUs the
-    ranks' GPUs — the pool's UUIDs it holds (:attr:`sweeps.state.ProcessState.pool_held`), else
+    ranks' GPUs — the pool's UUIDs it holds (`sweeps.state.ProcessState.pool_held`), else
     ``cuda:0``…``cuda:<gpus-1>``."""
     if cfg.name != "ddp" or device.type != "cuda":
         return [device]
@@ -206,8 +206,8 @@ def cpu_threads(threads: int | None) -> Iterator[str]:
     """torch's intra-op CPU threads for one job: ``threads`` (``device.threads``) or, when None,
     what the process has (torch's default: one per core; a GPU pool's CPU slot: its share), which a
     training job whose steps are small then lowers to one — a single run by its own steps
-    (:func:`sweeps.train.speed.one_thread_for_small_steps`), a sweep's job by the choice held for
-    its model × dataset × device (:func:`sweeps.train.speed.threads_held_for_sweep`). Put back
+    (`sweeps.train.speed.one_thread_for_small_steps`), a sweep's job by the choice held for
+    its model × dataset × device (`sweeps.train.speed.threads_held_for_sweep`). Put back
     afterwards: the next job of the process starts from the same count. Yields the value of the
     run's ``torch.threads`` tag, e.g. ``"1 (device.threads; 2 cores)"`` (a training job with
     ``threads`` None replaces it with its own choice's).

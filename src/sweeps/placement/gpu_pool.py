@@ -3,8 +3,8 @@
 ``hydra/launcher=gpu_pool`` (conf/hydra/launcher/gpu_pool.yaml: Hydra's joblib launcher with
 process workers; plain ``hydra/launcher=joblib`` too) runs ``hydra.launcher.n_jobs`` jobs at once
 (``SWEEPS_GPU_POOL=N`` in the environment does the same for other launchers); how many is the
-launcher's to say (:meth:`sweeps.launchers.Launcher.pool_slots`), and the job passes it to
-:func:`claim`. A job then holds its slots while it runs:
+launcher's to say (`sweeps.launchers.Launcher.pool_slots`), and the job passes it to
+`claim`. A job then holds its slots while it runs:
 
 - on a machine with GPUs the slots are the visible GPUs, each locked under its NVML UUID (not
   its CUDA index, which ``CUDA_VISIBLE_DEVICES`` renumbers per process; MIG instances are slots
@@ -15,11 +15,11 @@ launcher's to say (:meth:`sweeps.launchers.Launcher.pool_slots`), and the job pa
 - a joblib worker is reused for later jobs and keeps each CUDA context its GPU jobs made
   (~0.5 GB each that no one else can use): its later one-GPU jobs take a free GPU it already has
   a context on first, and another free GPU only when all of those are busy (never waiting while
-  a GPU idles); see :func:`claim`;
+  a GPU idles); see `claim`;
 - without GPUs there are ``SWEEPS_GPU_POOL`` slots and each job limits torch to its share of the
   cores (cores ÷ slots threads), so N jobs in parallel do not oversubscribe the CPU.
 
-Locks are :class:`filelock.FileLock` files under ``$TMPDIR/sweeps-gpu-pool-<uid>/`` (released
+Locks are `filelock.FileLock` files under ``$TMPDIR/sweeps-gpu-pool-<uid>/`` (released
 when the job ends, or by the OS when its process dies). Otherwise nothing happens: single runs
 and the basic launcher keep ``device.index`` as given.
 """
@@ -63,7 +63,7 @@ def gpu_keys() -> list[str]:
 
 
 def slots(requested: int) -> tuple[list[str], bool]:
-    """``(slot names, whether they are GPUs)``: the visible GPUs (:func:`gpu_keys`), else
+    """``(slot names, whether they are GPUs)``: the visible GPUs (`gpu_keys`), else
     ``requested`` CPU slots ``0``…``requested-1``."""
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         return gpu_keys(), True
@@ -118,20 +118,20 @@ def acquire(n: int, prefix: str, timeout_s: float | None = None) -> tuple[int, F
 
 
 def waited_s() -> float:
-    """Seconds the latest :func:`claim` in this process waited for its slots (0 outside the pool)."""
+    """Seconds the latest `claim` in this process waited for its slots (0 outside the pool)."""
     return current().pool_waited_s
 
 
 def held() -> list[str]:
     """UUIDs of the GPUs this process's running job holds (a data-parallel job's ranks run on
-    them: :func:`sweeps.job.ddp.launch`); empty outside the pool."""
+    them: `sweeps.job.ddp.launch`); empty outside the pool."""
     return list(current().pool_held)
 
 
 @contextmanager
 def claim(device: DictConfig, requested: int | None) -> Iterator[int | None]:
     """Hold slots for the body (see the module docstring); yields the first one's index, or None
-    when ``requested`` (the launcher's concurrent jobs, :meth:`~sweeps.launchers.Launcher.pool_slots`)
+    when ``requested`` (the launcher's concurrent jobs, `pool_slots`)
     is None — jobs run one at a time, no pool — or the job needs no GPU slot (``device=cpu`` on a GPU
     machine, ``device=ddp`` on Gloo keep their own settings). A ``device=ddp`` job on GPUs holds
     ``device.gpus`` of them; a one-GPU job in a process that already made CUDA contexts on pool

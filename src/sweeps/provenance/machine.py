@@ -1,5 +1,5 @@
 """The machine and software a number was measured on: MLflow tags (``env.*``) and the fuller
-:func:`fingerprint` (logged as ``fingerprint.json``) — what a reader needs to trust a number
+`fingerprint` (logged as ``fingerprint.json``) — what a reader needs to trust a number
 measured on another machine.
 
 GPU details come from torch (the GPUs this process can see) joined by UUID with NVML through
@@ -169,7 +169,7 @@ def fingerprint() -> dict:
 
 
 def fingerprint_json() -> str:
-    """:func:`fingerprint` as indented JSON (the ``fingerprint.json`` artifact)."""
+    """`fingerprint` as indented JSON (the ``fingerprint.json`` artifact)."""
     return json.dumps(fingerprint(), indent=2) + "\n"
 
 
@@ -178,8 +178,8 @@ def environment_tags() -> dict[str, str]:
     """Host, CPU model, cores, RAM (GB), GPU names, driver, CUDA, torch/torchvision versions and
     the project's git commit (``-dirty`` when tracked files differ from it), plus physical cores,
     OS, GPU memory (GB), power limit (W), the driver's CUDA version and cuDNN — the
-    :func:`fingerprint` flattened to ``env.*`` strings (``none`` where absent) — and MLflow's
-    source and user tags (:func:`source_tags`). Cached per process."""
+    `fingerprint` flattened to ``env.*`` strings (``none`` where absent) — and MLflow's
+    source and user tags (`source_tags`). Cached per process."""
     fp = fingerprint()
     gpus = fp["gpus"]
 
@@ -210,7 +210,7 @@ def environment_tags() -> dict[str, str]:
 
 def source_tags(git_commit: str) -> dict[str, str]:
     """MLflow's own run-source tags, which its UI shows as the Source and User columns:
-    ``mlflow.source.name`` (the command, :data:`sweeps.names.SOURCE_NAME`), ``mlflow.source.type``
+    ``mlflow.source.name`` (the command, `sweeps.names.SOURCE_NAME`), ``mlflow.source.type``
     (``LOCAL``), ``mlflow.user`` (the login name, else ``$USER``, else ``unknown``) and
     ``mlflow.source.git.commit`` (``git_commit`` without ``-dirty``; left out where unknown:
     the UI would link a commit that does not exist)."""

@@ -6,9 +6,9 @@ user's, and every ``.py`` file of that package is hashed — the whole package, 
 imports its helpers from beside it. Built-in targets (``torch.*``, ``sweeps.*``) add nothing:
 their code changes with an installed version, and the identity of their jobs stays what it was.
 
-Cheap on purpose: module files are found with :func:`importlib.util.find_spec` on the top-level
+Cheap on purpose: module files are found with `importlib.util.find_spec` on the top-level
 name (nothing is imported), and a file is read again only when its mtime or size changed
-(:func:`file_hash`'s in-process cache), so a sweep of many jobs reads each file once.
+(`file_hash`'s in-process cache), so a sweep of many jobs reads each file once.
 """
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ class UserCode:
 
 def user_code(cfg: DictConfig) -> UserCode:
     """The user's code the job ``cfg`` runs: every ``.py`` file of each top-level package a
-    ``_target_`` names outside the installed distributions, hashed (:func:`file_hash`), and the
+    ``_target_`` names outside the installed distributions, hashed (`file_hash`), and the
     git commit of the first such package's folder. Empty for built-in targets only. Never raises:
     a file that vanished while being read is left out."""
     files: dict[str, Path] = {}
@@ -164,7 +164,7 @@ def user_code(cfg: DictConfig) -> UserCode:
 
 @functools.lru_cache(maxsize=8)
 def _git_state_of(folder: Path, fingerprint: str | None) -> tuple[str | None, bool | None]:
-    """:func:`git_state` once per folder and code fingerprint in a process (two git calls, ~10 ms)."""
+    """`git_state` once per folder and code fingerprint in a process (two git calls, ~10 ms)."""
     return git_state(folder)
 
 

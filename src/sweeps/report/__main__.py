@@ -30,8 +30,8 @@ from sweeps.tracking.store.store import open_client, resolve_uri
 def write_report(client: MlflowClient, parent, out: Path, args: argparse.Namespace | None = None) -> Path:
     """Write ``out/report.md`` and its figures for the sweep ``parent``; returns the report path.
     ``args``: the command line's ``--target`` (re-target from the logged curves,
-    :mod:`sweeps.report.retarget`) and ``--cost-per-hour`` (price the logged times,
-    :func:`sweeps.report.cost.with_price`); either one leaves the parent run's verdict tags as the
+    `sweeps.report.retarget`) and ``--cost-per-hour`` (price the logged times,
+    `sweeps.report.cost.with_price`); either one leaves the parent run's verdict tags as the
     sweep set them."""
     out.mkdir(parents=True, exist_ok=True)
     jobs = load_jobs(client, parent)
@@ -106,7 +106,7 @@ def _compare(client: MlflowClient, args: argparse.Namespace) -> int:
     """``--compare``: select, group, write ``compare.md``; warnings on stderr, one line each.
 
     Raises:
-        LookupError, ValueError: bad input (:func:`select_jobs`, :func:`compare.compare`).
+        LookupError, ValueError: bad input (`select_jobs`, `compare.compare`).
     """
     selection = Selection(args.experiment, [*args.sweep, *([args.run_id] if args.run_id else [])], args.tag,
                           args.filter)

@@ -17,7 +17,7 @@ from sweeps import names
 from sweeps.report.runs import JobRecord
 
 EXCLUDE = ("batch", "repeat", *names.LR_PARAMS)  # a line of the figures: every swept key but these
-# The one tie rule (:func:`choose`), as docs/reading-results.md states it word for word (a test checks):
+# The one tie rule (`choose`), as docs/reading-results.md states it word for word (a test checks):
 TIE_RULE = ("per batch, the lr with the fewest steps to target (median over repeats) is the best; lrs level "
             "on steps tie, the verdict says so, and the one with the better final score on the target's "
             "metric, then the smaller lr, stands for the batch")
@@ -55,10 +55,10 @@ def _final(jobs: list[JobRecord]) -> float:
 def choose(jobs: list[JobRecord]) -> dict[float, Choice]:
     """``{batch: Choice}`` for the ok training runs among ``jobs`` (one model, dataset and device),
     by numeric batch. Per batch, its runs grouped by effective lr (4 significant digits); an lr
-    counts when every ok run of it reached the target. The tie rule (:data:`TIE_RULE`): the
+    counts when every ok run of it reached the target. The tie rule (`TIE_RULE`): the
     chosen lr has the fewest steps to target (median over repeats, metric
     ``target/steps``); lrs level on steps — a target is only checked where the runs evaluate, so
-    they often are — are a tie (:attr:`Choice.tied`, which the verdict states), and of them the
+    they often are — are a tie (`Choice.tied`, which the verdict states), and of them the
     one with the better final score on the target's metric stands for the batch, then the smaller
     lr. A batch where no lr reached (or that ran without a target) gets ``lr`` None and all its ok
     runs — unless it ran at one lr, which is then its lr (``reached`` tells the two apart)."""
@@ -141,7 +141,7 @@ def grid_notes(jobs: list[JobRecord], choices: dict[float, Choice]) -> list[str]
 
 
 def varies_lr(jobs: list[JobRecord]) -> bool:
-    """Whether some batch of one line (:data:`EXCLUDE`) ran at more than one learning rate."""
+    """Whether some batch of one line (`EXCLUDE`) ran at more than one learning rate."""
     seen: dict[tuple[str, float], set[str]] = defaultdict(set)
     for j in jobs:
         if j.batch is not None and names.LR in j.metrics:
@@ -150,7 +150,7 @@ def varies_lr(jobs: list[JobRecord]) -> bool:
 
 
 def choices(jobs: list[JobRecord]) -> dict[str, dict[float, Choice]]:
-    """:func:`choose` per line: ``{label without batch, repeat and lr: {batch: Choice}}``."""
+    """`choose` per line: ``{label without batch, repeat and lr: {batch: Choice}}``."""
     lines: dict[str, list[JobRecord]] = defaultdict(list)
     for j in jobs:
         lines[j.label(exclude=EXCLUDE)].append(j)
@@ -171,7 +171,7 @@ def tuned(jobs: list[JobRecord]) -> tuple[list[JobRecord], dict[tuple[str, float
 
 
 def figure(jobs: list[JobRecord], path: Path) -> Path | None:
-    """The best lr (:func:`choose`) against batch size, log–log, one line per model/device, with
+    """The best lr (`choose`) against batch size, log–log, one line per model/device, with
     the linear (lr ∝ batch; Goyal et al. 2017) and square-root (lr ∝ √batch; Krizhevsky 2014)
     rules drawn through its smallest batch's best lr; None unless the sweep varies the lr and some
     line has two batches whose lr reached the target."""

@@ -21,7 +21,7 @@ FOOTNOTE_WIDTH = 100  # columns: a footnote's lines wrap here, between words
 
 
 def quality(job: JobRecord) -> str | None:
-    """:data:`ACCURACY` or :data:`RMSE`: the quality column ``job`` fills, from the score it logged,
+    """`ACCURACY` or `RMSE`: the quality column ``job`` fills, from the score it logged,
     else its ``dataset.regression`` param; None when neither tells (a job that never trained)."""
     for header, (final, per_epoch, _) in QUALITY.items():
         if final in job.metrics or per_epoch in job.metrics:
@@ -38,8 +38,8 @@ def quality_columns(jobs: Sequence[JobRecord]) -> list[str]:
 
 
 def memory(job: JobRecord) -> str:
-    """:data:`GPU_MEMORY` or :data:`CPU_MEMORY`: what ``job``'s ``mem/peak_mb`` measures, from the
-    device it ran on (:func:`sweeps.report.runs.used_device`)."""
+    """`GPU_MEMORY` or `CPU_MEMORY`: what ``job``'s ``mem/peak_mb`` measures, from the
+    device it ran on (`sweeps.report.runs.used_device`)."""
     return GPU_MEMORY if used_device(job.params, job.tags) == "cuda" else CPU_MEMORY
 
 
@@ -58,7 +58,7 @@ def lr_cell(jobs: Sequence[JobRecord]) -> str:
 
 
 class Footnotes:
-    """Numbered reasons under one table: :meth:`mark` puts ``[n]`` in a cell, :meth:`under`
+    """Numbered reasons under one table: `mark` puts ``[n]`` in a cell, `under`
     writes each reason in full below the table. One number per distinct reason."""
 
     def __init__(self) -> None:
@@ -73,7 +73,7 @@ class Footnotes:
 
     def under(self, table: str) -> str:
         """``table`` followed by its footnotes, each a paragraph of its own, ``[n] reason``,
-        wrapped at :data:`FOOTNOTE_WIDTH` columns between words (a word longer than that, a path,
+        wrapped at `FOOTNOTE_WIDTH` columns between words (a word longer than that, a path,
         keeps its own line whole); continuation lines indented under the reason."""
         notes = [textwrap.fill(f"[{n}] {reason}", FOOTNOTE_WIDTH, subsequent_indent="    ",
                                break_long_words=False, break_on_hyphens=False)

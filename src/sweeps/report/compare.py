@@ -4,8 +4,8 @@ tag or param (``--by precision``, ``--by code``) — with each group's ratio to 
 
 A *configuration* is what a job ran with (its params) except the grouping key and bookkeeping
 that does not change what is measured (paths, the repeat index and its seed, logging cadence): the jobs of one
-configuration in one group are repeats, shown as median [min, max]. :func:`compare` does the
-grouping and raises on bad input; :mod:`sweeps.report.compare_tables` writes tables and figures."""
+configuration in one group are repeats, shown as median [min, max]. `compare` does the
+grouping and raises on bad input; `sweeps.report.compare_tables` writes tables and figures."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,7 +54,7 @@ def _differing(jobs: list[JobRecord]) -> list[str]:
 
 
 def resolve_by(jobs: list[JobRecord], by: list[str]) -> list[str]:
-    """``--by`` keys as tag or param names (:data:`sweeps.names.COMPARE_BY` aliases resolved).
+    """``--by`` keys as tag or param names (`sweeps.names.COMPARE_BY` aliases resolved).
 
     Raises:
         LookupError: a key that no selected run has as a tag or param.

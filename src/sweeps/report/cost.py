@@ -25,7 +25,7 @@ def _number(text: str | None) -> float | None:
 def price(job: JobRecord) -> float | None:
     """The price of one device-hour for ``job``: its ``cost.per_hour`` param, or for a mapping
     (params ``cost.per_hour.cuda``, ``cost.per_hour.cpu``) the entry of the device it ran on
-    (:func:`sweeps.report.runs.used_device`); None where none was given."""
+    (`sweeps.report.runs.used_device`); None where none was given."""
     given = _number(job.params.get(names.COST_PER_HOUR_PARAM))
     if given is None:
         given = _number(job.params.get(f"{names.COST_PER_HOUR_PARAM}.{used_device(job.params, job.tags)}"))
@@ -78,7 +78,7 @@ KEYS = ("cost per epoch", "cost to target")  # the tables' money columns, before
 
 
 def columns(jobs: Sequence[JobRecord], target: bool) -> tuple[str, ...]:
-    """The money columns of a table of ``jobs`` (:data:`KEYS`): none unless a job was priced; to
+    """The money columns of a table of ``jobs`` (`KEYS`): none unless a job was priced; to
     target only where a job had a target (``target``)."""
     return KEYS[:1 + target] if priced(jobs) else ()
 
@@ -112,7 +112,7 @@ def parse_price(text: str) -> float | dict[str, float]:
 
 
 def with_price(jobs: Sequence[JobRecord], per_hour: float | dict[str, float], unit: str | None = None) -> list[JobRecord]:
-    """``jobs`` priced at ``per_hour`` (:func:`parse_price`'s value) in currency ``unit``, as though
+    """``jobs`` priced at ``per_hour`` (`parse_price`'s value) in currency ``unit``, as though
     each had run with ``cost.per_hour`` (and ``cost.currency``) set: its params rewritten, its
     figures untouched."""
     if isinstance(per_hour, dict):

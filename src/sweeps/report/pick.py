@@ -1,14 +1,14 @@
 """A pick only where the repeats' spread allows it: the rule every choice of the verdict (batch,
 lr, device) goes through, and the machine drift the repeats reveal.
 
-The rule (:func:`rank`), for figures with one value per run (a configuration's repeats):
+The rule (`rank`), for figures with one value per run (a configuration's repeats):
 
 - with at least two runs on both sides, one configuration beats another when their ranges do not
   overlap: the better one's worst run beats the other's best. For 3 runs against 3 that is a
   one-sided Mann–Whitney U test at p = 1/20 = 0.05 (complete separation is the only arrangement
   of 6 values that reaches it; Mann & Whitney 1947), for 2 against 2 only p = 1/6, so the verdict
   says the pick is weak below 3 runs;
-- with one run on either side the spread is unknown: figures within :data:`CLOSE` of each other
+- with one run on either side the spread is unknown: figures within `CLOSE` of each other
   are a tie, a larger margin is a provisional pick that the verdict flags as resting on one run
   (repeat=0,1,2 settles it). MLPerf Training likewise scores several runs, never one.
 
@@ -64,17 +64,17 @@ class Figure:
 
 
 def figure(values) -> Figure | None:
-    """A :class:`Figure` of the non-None ``values`` (None when there are none)."""
+    """A `Figure` of the non-None ``values`` (None when there are none)."""
     kept = tuple(v for v in values if v is not None)
     return Figure(kept) if kept else None
 
 
 @dataclass
 class Pick:
-    """What :func:`rank` concluded: ``best`` (None when tied), the configurations ``tied`` with the
+    """What `rank` concluded: ``best`` (None when tied), the configurations ``tied`` with the
     leader (the leader first; one entry when it stands alone), ``single`` (some compared
     configuration has one run: the spread is unknown) and ``weak`` (a pick on fewer than
-    :data:`SETTLING_RUNS` runs a side)."""
+    `SETTLING_RUNS` runs a side)."""
 
     best: Hashable | None
     tied: list = field(default_factory=list)
@@ -97,8 +97,8 @@ def beats(a: Figure, b: Figure, lower: bool) -> bool:
 
 
 def rank(figures: dict, lower: bool) -> Pick:
-    """The :class:`Pick` among ``figures`` (``{key: Figure}``): the leader by median, and every
-    configuration it does not beat (:func:`beats`) tied with it. An empty dict picks nothing."""
+    """The `Pick` among ``figures`` (``{key: Figure}``): the leader by median, and every
+    configuration it does not beat (`beats`) tied with it. An empty dict picks nothing."""
     if not figures:
         return Pick(None)
     order = sorted(figures, key=lambda k: figures[k].median, reverse=not lower)
@@ -114,7 +114,7 @@ def drift(pairs: dict[Hashable, dict[str, float]]) -> str:
     """What the repeats say of the machine over the sweep ("" when nothing drifted):
     ``pairs`` maps each configuration to ``{repeat: epoch time}``; for every repeat other than the
     first the median over configurations of its epoch time ÷ the first repeat's. A median ratio
-    further than :data:`DRIFT` from 1 is drift: ``"repeat 1 ran 34% slower than repeat 0 (median
+    further than `DRIFT` from 1 is drift: ``"repeat 1 ran 34% slower than repeat 0 (median
     of 12 configurations)"``."""
     ratios: dict[str, list[float]] = {}
     for by_repeat in pairs.values():

@@ -1,5 +1,5 @@
 """Figures of a sweep, and of runs compared side by side (PNG through matplotlib's object API:
-:class:`~matplotlib.figure.Figure`, no pyplot global state, no display).
+`Figure`, no pyplot global state, no display).
 
 Each function writes one figure to ``path`` and returns it, or returns None when the runs hold
 nothing to draw (e.g. no telemetry), so the report only lists figures that exist.
@@ -154,7 +154,7 @@ def grouped_bars(cells: dict[str, dict[str, tuple[float, float, float, bool]]], 
 def grouped_phases(cells: dict[str, dict[str, list[float]]], groups: list[str], path: Path) -> Path | None:
     """``--compare``: stacked data/forward/backward/optimizer ms per iteration (median over the
     runs, last epoch), one bar per group side by side for each configuration; groups told apart
-    by hatching. ``cells[config][group]`` = the phase times in :data:`PHASES` order."""
+    by hatching. ``cells[config][group]`` = the phase times in `PHASES` order."""
     configs = [c for c, by in cells.items() if by]
     if not configs:
         return None
@@ -187,7 +187,7 @@ def to_target(jobs: list[JobRecord], path: Path, exclude: tuple[str, ...] = ("ba
     bars, and the perfect-scaling reference through the smallest batch — steps × batch constant,
     i.e. examples constant (Shallue et al. 2019, "Measuring the Effects of Data Parallelism on
     Neural Network Training", Fig. 1). A batch whose runs all missed the target is marked; with
-    ``marks`` (``{(label, batch): lr}``: the lr tuned per batch, :func:`sweeps.report.best_lr.tuned`)
+    ``marks`` (``{(label, batch): lr}``: the lr tuned per batch, `sweeps.report.best_lr.tuned`)
     each point is labelled with its lr."""
     groups: dict[str, dict[float, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     missed: dict[str, set[float]] = defaultdict(set)

@@ -1,6 +1,6 @@
-"""A sweep's jobs as a table for Python users: :func:`results` (a ``pandas.DataFrame``, one row
-per job, the report's columns), :func:`verdict` (the report's verdict, one row per model × dataset
-× device) and :func:`job_record` (one row as a dict), from the same MLflow runs the report reads."""
+"""A sweep's jobs as a table for Python users: [`results`][sweeps.report.results.results] (a ``pandas.DataFrame``, one row
+per job, the report's columns), [`verdict`][sweeps.report.results.verdict] (the report's verdict, one row per model × dataset
+× device) and [`job_record`][sweeps.report.results.job_record] (one row as a dict), from the same MLflow runs the report reads."""
 from __future__ import annotations
 
 from typing import Any
@@ -24,7 +24,7 @@ def job_record(job: JobRecord) -> dict[str, Any]:
     ``dataset``, ``device``, ``batch`` (examples per step, a number: the logged ``batch_size``),
     ``lr``, ``target`` (``reached``, ``missed`` or None), every swept key (its value as typed; a
     single run's overrides but its preset),
-    then the report's figures (:data:`COLUMNS`,
+    then the report's figures (`COLUMNS`,
     units in their names; ``None`` where the job logged none)."""
     row: dict[str, Any] = {"run_id": job.run_id, "name": job.name, "outcome": job.outcome, "error": job.error,
                            "sweep": job.tags.get(names.PARENT_RUN_TAG, "")}
@@ -44,10 +44,10 @@ def job_record(job: JobRecord) -> dict[str, Any]:
 def results(experiment: str, *, tracking_uri: str | None = None, sweep: str | None = None):
     """The jobs of ``experiment`` in the store at ``tracking_uri`` (default:
     ``$MLFLOW_TRACKING_URI``, else ``./mlruns``), oldest first, as a ``pandas.DataFrame`` — one
-    row per job, the columns of :func:`job_record`. With ``sweep`` (a parent run id): every job of
+    row per job, the columns of [`job_record`][sweeps.report.results.job_record]. With ``sweep`` (a parent run id): every job of
     that sweep in its order, those it reused without running them included — the earlier run of a
     job it skipped as done, the run of one another process ran
-    (:func:`sweeps.report.runs.sweep_runs`).
+    (`sweeps.report.runs.sweep_runs`).
 
     Raises:
         LookupError: no such store, experiment or sweep, or no job in it (one line saying what exists).
@@ -68,7 +68,7 @@ def _jobs(experiment: str, tracking_uri: str | None, sweep: str | None) -> tuple
 
 
 def _sweep_jobs(client: MlflowClient, experiment: str, sweep: str) -> list[JobRecord]:
-    """The jobs of sweep ``sweep`` of ``experiment`` (:func:`sweeps.report.runs.load_jobs`).
+    """The jobs of sweep ``sweep`` of ``experiment`` (`sweeps.report.runs.load_jobs`).
 
     Raises:
         LookupError: no such experiment, run or sweep there, or a sweep without a job.
@@ -87,9 +87,9 @@ def _sweep_jobs(client: MlflowClient, experiment: str, sweep: str) -> list[JobRe
 
 
 def verdict(experiment: str, *, tracking_uri: str | None = None, sweep: str | None = None):
-    """The report's verdict on the jobs :func:`results` returns, as a ``pandas.DataFrame``: one row
+    """The report's verdict on the jobs [`results`][sweeps.report.results.results] returns, as a ``pandas.DataFrame``: one row
     per model × dataset (× ``dataset.train_size``, and every other swept key but batch, repeat, lr
-    and device: column ``group``) × device, the fields of :class:`sweeps.report.verdict.Finding`
+    and device: column ``group``) × device, the fields of [`sweeps.report.verdict.Finding`][sweeps.report.verdict.Finding]
     as columns — among them ``target_batch`` (fastest to target) with ``best_lr`` and
     ``time_to_target_s`` (s), ``throughput_batch`` (highest samples/s) with ``samples_per_s``,
     ``best_batch`` (the first of the two where a batch reached the target, else the second),
@@ -112,8 +112,8 @@ def verdict(experiment: str, *, tracking_uri: str | None = None, sweep: str | No
 
 
 def sweep_records(tracking_uri: str, parent_run_id: str) -> list[dict[str, Any]]:
-    """One :func:`job_record` per job of the sweep ``parent_run_id``, in the sweep's order
-    (:func:`sweeps.report.runs.sweep_runs`); jobs it did not run itself — skipped as already
+    """One [`job_record`][sweeps.report.results.job_record] per job of the sweep ``parent_run_id``, in the sweep's order
+    (`sweeps.report.runs.sweep_runs`); jobs it did not run itself — skipped as already
     done, or run by another process meanwhile — appear with ``outcome`` ``skipped``, the
     ``run_id`` and figures of the run that did them."""
     client = MlflowClient(tracking_uri)
@@ -122,5 +122,5 @@ def sweep_records(tracking_uri: str, parent_run_id: str) -> list[dict[str, Any]]
 
 
 def single_record(tracking_uri: str, run_id: str) -> dict[str, Any]:
-    """:func:`job_record` of the one run ``run_id`` (a job run without ``-m``)."""
+    """[`job_record`][sweeps.report.results.job_record] of the one run ``run_id`` (a job run without ``-m``)."""
     return job_record(job_from_run(MlflowClient(tracking_uri).get_run(run_id)))

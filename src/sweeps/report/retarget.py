@@ -2,7 +2,7 @@
 jobs ran with (``python -m sweeps.report --target 0.88``), without training again.
 
 Each ok training job's ``epochs.csv`` artifact holds every epoch's record (the MLflow series may
-keep only every Nth epoch); :func:`sweeps.time_to_target.to_target` — the rule the jobs themselves used —
+keep only every Nth epoch); `sweeps.time_to_target.to_target` — the rule the jobs themselves used —
 turns those records into ``time/to_target_s``, ``target/epochs``, ``target/samples`` and
 ``target/steps`` for the new target. A target is checked only where the runs evaluated
 (``eval.every_epochs``).
@@ -61,7 +61,7 @@ def default_metric(jobs: list[JobRecord]) -> tuple[str, str]:
 def retarget(client: MlflowClient, jobs: list[JobRecord], value: float, metric: str | None = None,
              mode: str | None = None) -> list[JobRecord]:
     """``jobs`` with their target figures recomputed for ``metric`` reaching ``value`` (``mode``
-    ``max``: ≥, ``min``: ≤; both default to :func:`default_metric`): for ok training jobs the
+    ``max``: ≥, ``min``: ≤; both default to `default_metric`): for ok training jobs the
     target metrics and the ``sweeps.target`` tag replaced, and the target params rewritten; the
     others as they were. The store is only read.
 

@@ -1,10 +1,10 @@
 """Read a sweep back from MLflow for the report: the parent run, its jobs, what was swept.
 
-A sweep's jobs (:func:`sweep_runs`) are its child runs plus the runs it reused without running
+A sweep's jobs (`sweep_runs`) are its child runs plus the runs it reused without running
 them: the earlier done run of a job it skipped (tag ``sweeps.skipped.<config hash>`` on the
 parent) and the run of a job another live process was running (``sweeps.running_elsewhere.<config
 hash>``), each where it stood in the sweep. The sweep-end summary and verdict, the report and
-:func:`sweeps.results` all read them from here.
+[`sweeps.results`][sweeps.report.results.results] all read them from here.
 
 MLflow params are strings and sort as text ("1024" < "128"), so every number the report sorts or
 plots by comes from a metric (``batch_size``, ``lr``), never from a param.
@@ -59,7 +59,7 @@ class JobRecord:
 def resolve_experiment(client: MlflowClient, name: str, config_dir: str | None = None) -> tuple[str, str]:
     """``(experiment, note)``: ``name`` itself where the store has an MLflow experiment of that
     name, else the experiment the preset ``name`` logs to (``conf/experiment/`` or
-    ``config_dir/experiment/``; :func:`experiment_of`) with a one-line
+    ``config_dir/experiment/``; `experiment_of`) with a one-line
     ``note`` saying so ('' for an experiment's own name).
 
     Raises:
@@ -85,7 +85,7 @@ def resolve_experiment(client: MlflowClient, name: str, config_dir: str | None =
 
 def find_sweep(client: MlflowClient, experiment: str | None = None, run_id: str | None = None):
     """The parent run of a sweep: ``run_id`` if given, else the latest sweep in ``experiment``
-    (or in any experiment) that has a job (:func:`sweep_runs`; a sweep stopped before its first
+    (or in any experiment) that has a job (`sweep_runs`; a sweep stopped before its first
     job, or one still starting, is passed over; where none has one, the latest sweep).
 
     Raises:
@@ -134,7 +134,7 @@ def job_from_run(run) -> JobRecord:
 @dataclass
 class SweepRun:
     """One job of a sweep: its MLflow ``run``; ``reused``: '' where the sweep ran it,
-    :data:`EARLIER` where it skipped it as done in that earlier run, :data:`ELSEWHERE` where
+    `EARLIER` where it skipped it as done in that earlier run, `ELSEWHERE` where
     another live process was running it; ``params``: the sweep's own values put over the run's
     params (its ``cost.*``, where it gave ``cost.per_hour`` and reused the run)."""
 
@@ -206,7 +206,7 @@ def _reused_job(text: str | None) -> tuple[float, dict[str, str]]:
 
 
 def load_jobs(client: MlflowClient, parent) -> list[JobRecord]:
-    """The sweep's jobs (:func:`sweep_runs`) in the sweep's order, as the report sees them."""
+    """The sweep's jobs (`sweep_runs`) in the sweep's order, as the report sees them."""
     return [job.job() for job in sweep_runs(client, parent)]
 
 

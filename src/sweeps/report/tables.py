@@ -43,20 +43,20 @@ def _median_spread(values: list[float], digits: int = 2) -> str:
 
 def epoch_values(runs: list[JobRecord]) -> tuple[list[float], bool]:
     """The epoch time of each of ``runs`` that has one (s): the median from epoch 2, or a 1-epoch
-    run's first epoch standing in (:meth:`JobRecord.epoch_time`); ``True`` when one stood in."""
+    run's first epoch standing in (`JobRecord.epoch_time`); ``True`` when one stood in."""
     timed = [t for t in (j.epoch_time() for j in runs) if t[0] is not None]
     return [t for t, _ in timed], any(f for _, f in timed)
 
 
 def epoch_cell(runs: list[JobRecord], digits: int = 2) -> tuple[str, bool]:
-    """:func:`epoch_values` of ``runs`` as ``m [lo, hi]`` (:func:`_median_spread`), ending in
-    :data:`FIRST_EPOCH_MARK` (and ``True``) when a first epoch stood in."""
+    """`epoch_values` of ``runs`` as ``m [lo, hi]`` (`_median_spread`), ending in
+    `FIRST_EPOCH_MARK` (and ``True``) when a first epoch stood in."""
     values, first = epoch_values(runs)
     return _median_spread(values, digits) + (FIRST_EPOCH_MARK if first else ""), first
 
 
 def with_note(table: str, marked: bool) -> str:
-    """``table`` followed by :data:`FIRST_EPOCH_NOTE` when one of its cells is marked."""
+    """``table`` followed by `FIRST_EPOCH_NOTE` when one of its cells is marked."""
     return f"{table}\n\n{FIRST_EPOCH_NOTE}" if marked else table
 
 
@@ -125,22 +125,22 @@ def reference_tables(jobs: list[JobRecord], fits: dict[tuple, int] | None = None
     first epoch [s] | median epoch from 2 [s] | total time | accuracy and/or RMSE | GPU peak
     allocated MB and/or process RSS MB | overhead [s] | note. Where every group has one batch
     (a sweep over models or datasets at one batch), the groups are the rows of one table,
-    :data:`TRAINING_JOBS`, led by a ``job`` column.
+    `TRAINING_JOBS`, led by a ``job`` column.
 
-    The columns a table holds follow its jobs (:mod:`sweeps.report.columns`): accuracy for
+    The columns a table holds follow its jobs (`sweeps.report.columns`): accuracy for
     classification jobs, RMSE for regression jobs, both where the table mixes them, each job
     filling its own; ``mem/peak_mb`` under the GPU's peak allocation for a GPU job and under the
     process's RSS for a CPU job; ``lr`` is the effective learning rate each job logged. A 1-epoch
     job's first epoch stands in for its median, marked ``*`` and explained under the table
-    (:data:`FIRST_EPOCH_NOTE`). Rows by numeric batch size; the repeats of a batch
+    (`FIRST_EPOCH_NOTE`). Rows by numeric batch size; the repeats of a batch
     (``repeat=0,1,2``) are one row with the median of each figure and its [min, max]; ``note``
     flags a row whose epochs spread or whose host was loaded by other processes
-    (:func:`sweeps.report.timing_noise.unreliable`). Jobs that did not finish show their outcome
+    (`sweeps.report.timing_noise.unreliable`). Jobs that did not finish show their outcome
     in place of the times — an OOM as ``OOM (fits up to N)`` when ``fits``
-    (:func:`sweeps.report.runs.max_batches`) knows the largest batch that fits — marked ``[n]``,
-    with their reason (tag ``error``) in full under the table (:class:`Footnotes`). Jobs with a
-    target add ``time to target [s]`` (:func:`target_cell`) and ``epochs to target``; jobs with a
-    price (``cost.per_hour``) add ``cost per epoch`` and ``cost to target`` (:mod:`sweeps.report.cost`)."""
+    (`sweeps.report.runs.max_batches`) knows the largest batch that fits — marked ``[n]``,
+    with their reason (tag ``error``) in full under the table (`Footnotes`). Jobs with a
+    target add ``time to target [s]`` (`target_cell`) and ``epochs to target``; jobs with a
+    price (``cost.per_hour``) add ``cost per epoch`` and ``cost to target`` (`sweeps.report.cost`)."""
     groups: dict[str, dict[float | None, list[JobRecord]]] = {}
     for j in jobs:
         if names.INFER_MEDIAN_MS not in j.metrics and j.params.get("task") not in ("inference", "max_batch"):

@@ -1,5 +1,5 @@
 """When a job's timing is too noisy to trust: read from its summary metrics (torch-free, so the
-sweep's summary and the report both use it). The measurements are :mod:`sweeps.train.noise`'s."""
+sweep's summary and the report both use it). The measurements are `sweeps.train.noise`'s."""
 from __future__ import annotations
 
 # A figure is flagged unreliable when its epochs 2+ spread more than this (p90/p10 − 1), or when
@@ -10,8 +10,8 @@ OTHER_LOAD_LIMIT_PCT = 10.0
 
 def unreliable(p10_s: float | None, p90_s: float | None, other_load_pct: float | None) -> str:
     """Why a job's epoch-time figure should not be trusted ("" when it can): its epochs spread
-    more than :data:`SPREAD_LIMIT`, or other processes loaded the host more than
-    :data:`OTHER_LOAD_LIMIT_PCT` on average."""
+    more than `SPREAD_LIMIT`, or other processes loaded the host more than
+    `OTHER_LOAD_LIMIT_PCT` on average."""
     why = []
     if p10_s and p90_s and p90_s / p10_s - 1 > SPREAD_LIMIT:
         why.append(f"epochs spread {100 * (p90_s / p10_s - 1):.0f}% (p90/p10)")

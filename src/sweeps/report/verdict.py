@@ -1,13 +1,13 @@
-"""The verdict: a sweep's training jobs → one :class:`Finding` per model × dataset (× data size)
+"""The verdict: a sweep's training jobs → one [`Finding`][sweeps.report.verdict.Finding] per model × dataset (× data size)
 × device — two answers, named: the batch (at its best lr) fastest to the target and the batch of
 the highest throughput; the quality each batch reached where there is no target; the throughput
 knee, the largest batch that fits, which device wins and by how much (and, over the data size,
-where that flips), energy and money per epoch and to the target. :mod:`sweeps.report.verdict_text`
+where that flips), energy and money per epoch and to the target. `sweeps.report.verdict_text`
 words it.
 
 A comparison is made only between jobs that ran under the same un-swept conditions
-(:func:`conditions`: torch threads, loader, optimizer implementation, precision, compilation, the
-machine), and a pick only where the repeats' spread allows it (:mod:`sweeps.report.pick`):
+(`conditions`: torch threads, loader, optimizer implementation, precision, compilation, the
+machine), and a pick only where the repeats' spread allows it (`sweeps.report.pick`):
 otherwise the finding says what differs, what ties, and how to settle it.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Finding:
     repeats, each with its run count; None where the sweep holds nothing to say it."""
 
     group: str  # the swept keys but batch, repeat, lr, device and data size ("all": none)
-    model: str  # what ran (:func:`sweeps.report.model_label.model_label`: WRN-10-1 for wrn28_10 at depth 10, width 1)
+    model: str  # what ran (`sweeps.report.model_label.model_label`: WRN-10-1 for wrn28_10 at depth 10, width 1)
     dataset: str
     train_size: int | None  # dataset.train_size (None: the whole set)
     device: str  # the swept device value(s), else the device type the jobs ran on
@@ -116,7 +116,7 @@ CONDITIONS = (("torch threads", names.THREADS_TAG, True), ("loader", names.LOADE
 
 
 def conditions(job: JobRecord) -> dict[str, str]:
-    """The un-swept conditions ``job`` ran under (:data:`CONDITIONS`), from its tags and params;
+    """The un-swept conditions ``job`` ran under (`CONDITIONS`), from its tags and params;
     a condition the run does not record is left out."""
     out = {}
     for what, key, lead in CONDITIONS:
@@ -150,8 +150,8 @@ def gains(per_batch: dict[float, float]) -> list[float]:
 
 
 def knee(per_batch: dict[float, float]) -> float | None:
-    """The smallest batch past which every doubling gains less than :data:`KNEE_GAIN` in samples/s
-    (:func:`gains`); None with fewer than two batches or when the largest batch still gains."""
+    """The smallest batch past which every doubling gains less than `KNEE_GAIN` in samples/s
+    (`gains`); None with fewer than two batches or when the largest batch still gains."""
     batches, steps = sorted(per_batch), gains(per_batch)
     for i in range(len(steps)):
         if all(g < KNEE_GAIN for g in steps[i:]):
@@ -194,7 +194,7 @@ def _final_key(jobs: list[JobRecord]) -> str | None:
 
 def _worse(a: Figure, b: Figure, key: str) -> bool:
     """Whether final score ``a`` is worse than ``b`` beyond noise: ranges apart with two runs or
-    more a side, else by more than :data:`ACC_CLOSE` (accuracy, points) or :data:`RMSE_CLOSE` (RMSE,
+    more a side, else by more than `ACC_CLOSE` (accuracy, points) or `RMSE_CLOSE` (RMSE,
     relative)."""
     higher = key == names.FINAL_ACC
     if a.n >= 2 and b.n >= 2:
@@ -210,7 +210,7 @@ def _score(key: str, value: float) -> str:
 
 def _quality(all_ok: dict[float, list[JobRecord]], top: float | None) -> tuple[str, str]:
     """``(each batch's final score, a warning)``: the warning when the highest-throughput batch
-    ``top`` trained to a worse score than the best batch's, beyond noise (:func:`_worse`)."""
+    ``top`` trained to a worse score than the best batch's, beyond noise (`_worse`)."""
     key = _final_key([j for js in all_ok.values() for j in js])
     if key is None:
         return "", ""
@@ -287,7 +287,7 @@ def _tie(pick: Pick, figures: dict[float, Figure], fmt: str, unit: str) -> str:
 
 
 def _drift(jobs: list[JobRecord]) -> str:
-    """Machine drift over the sweep, from identical configurations' repeats (:func:`pick.drift`)."""
+    """Machine drift over the sweep, from identical configurations' repeats (`pick.drift`)."""
     pairs: dict[str, dict[str, float]] = {}
     for j in jobs:
         if j.outcome == names.OK and "repeat" in j.swept and (t := j.epoch_time()[0]):
@@ -296,7 +296,7 @@ def _drift(jobs: list[JobRecord]) -> str:
 
 
 def finding(group: str, device: str, jobs: list[JobRecord], fits: dict[tuple, int]) -> Finding:
-    """The :class:`Finding` of ``jobs``: one group at one data size on one device."""
+    """The [`Finding`][sweeps.report.verdict.Finding] of ``jobs``: one group at one data size on one device."""
     choices = best_lr.choose(jobs)
     all_ok = {b: [j for j in jobs if j.outcome == names.OK and j.batch == b] for b in choices}
     ok = [j for js in all_ok.values() for j in js]
@@ -350,7 +350,7 @@ def finding(group: str, device: str, jobs: list[JobRecord], fits: dict[tuple, in
 def _compare(cells: list[tuple[Finding, list[JobRecord]]]) -> str | None:
     """Mark the winning device among ``cells`` (one group at one size, a device each): by time to
     target where every device reached it, else by samples/s, each at its own best batch, picked
-    by the rule of :mod:`sweeps.report.pick`; returns the winner's device (None: fewer than two
+    by the rule of `sweeps.report.pick`; returns the winner's device (None: fewer than two
     devices with figures, or a tie, which the rows' notes then state)."""
     use_time = all(f.target_figure is not None for f, _ in cells)
     scores = {f.device: (f.target_figure if use_time else f.throughput_figure) for f, _ in cells}
@@ -372,9 +372,9 @@ def _compare(cells: list[tuple[Finding, list[JobRecord]]]) -> str | None:
 
 
 def findings(jobs: list[JobRecord], fits: dict[tuple, int] | None = None) -> list[Finding]:
-    """One :class:`Finding` per group × data size × device of the training jobs in ``jobs``
+    """One [`Finding`][sweeps.report.verdict.Finding] per group × data size × device of the training jobs in ``jobs``
     (``task=inference`` and ``task=max_batch`` jobs are left out; ``fits``:
-    :func:`sweeps.report.runs.max_batches`), in the order the jobs ran; devices compared at each
+    `sweeps.report.runs.max_batches`), in the order the jobs ran; devices compared at each
     size, and the crossover set where the winner changes over ``dataset.train_size``."""
     cells: dict[str, dict[int | None, dict[str, list[JobRecord]]]] = {}
     for j in jobs:

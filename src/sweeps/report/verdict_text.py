@@ -1,6 +1,6 @@
 """The verdict in words: one short paragraph per group (model × dataset and every other swept key
 but batch, repeat, lr, device and data size) at the top of the report, the same on the sweep's
-parent run in MLflow (tags), and the findings as a ``pandas.DataFrame`` (:func:`frame`)."""
+parent run in MLflow (tags), and the findings as a ``pandas.DataFrame`` (`frame`)."""
 from __future__ import annotations
 
 import re
@@ -171,7 +171,7 @@ def log_to_parent(client: MlflowClient, parent_run_id: str, rows: list[Finding])
 
 def frame(rows: list[Finding]):
     """The findings as a ``pandas.DataFrame``: one row per group × data size × device, the fields of
-    :class:`~sweeps.report.verdict.Finding` as columns, plus ``verdict`` (its device's sentence)."""
+    [`Finding`][sweeps.report.verdict.Finding] as columns, plus ``verdict`` (its device's sentence)."""
     import pandas as pd
 
     sized = {g for g in {f.group for f in rows} if _sizes_vary([f for f in rows if f.group == g])}

@@ -6,5 +6,5 @@ Hydra callback: the parent run, the console's progress, the summary, the stop on
 ``compose_once`` (Hydra's composition, once per choice of groups), ``interleave`` (the job order).
 
 Imports every package below it; none imports it. Hands each job its launcher
-(:mod:`sweeps.launchers`).
+(`sweeps.launchers`).
 """

@@ -2,8 +2,8 @@
 its values checked (``sweeps.config.complete`` and ``validate``), so ``-m batch=128,abc`` stops
 with one line before ``batch=128`` runs — not after it, with a half-done sweep behind it.
 
-A dataset whose files must already be there (:data:`DATA_FOLDERS`: ``dataset=imagefolder``'s
-``<root>/train`` and ``<root>/val``) has them looked for too (:func:`check_data_root`, no torch),
+A dataset whose files must already be there (`DATA_FOLDERS`: ``dataset=imagefolder``'s
+``<root>/train`` and ``<root>/val``) has them looked for too (`check_data_root`, no torch),
 unless ``dataset.if_missing=skip``. What only a job can check (the files' contents, its parts'
 constructors) is still found by the job itself, before its run opens."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ from sweeps.errors import UsageError
 
 log = logging.getLogger("sweeps")
 BASIC_SWEEPER = compat.BASIC_SWEEPER  # hydra/sweeper=basic: named, not imported
-LISTED_SWEEPERS = (interleave.SWEEPER, BASIC_SWEEPER)  # the sweepers whose jobs :func:`job_overrides` lists
+LISTED_SWEEPERS = (interleave.SWEEPER, BASIC_SWEEPER)  # the sweepers whose jobs `job_overrides` lists
 REUSE_MAX = 1024  # jobs whose composed config is kept for Hydra's later compositions (~100 KB each)
 REMOTE_LAUNCHERS = ("slurm", "submitit")  # launchers whose jobs run on other machines (words of their _target_)
 # dataset _target_ → the folders under its dataset.root that must exist (never downloaded), and the layout
@@ -39,7 +39,7 @@ DATA_FOLDERS = {"sweeps.data.builtin.imagefolder": (("train", "val"), "ImageFold
 def job_overrides(config: DictConfig) -> list[list[str]]:
     """The override lists of every job the sweeper of ``config`` (the sweep's own config) will
     launch, in launch order: its ``hydra.sweeper.params`` and the command line's overrides,
-    expanded by :func:`sweeps.sweep.interleave.job_lists` — repeats interleaved for sweeps'
+    expanded by `sweeps.sweep.interleave.job_lists` — repeats interleaved for sweeps'
     sweeper unless ``hydra.sweeper.interleave=false``, the basic sweeper's order for Hydra's.
 
     Raises:
@@ -52,19 +52,19 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
 
 def planned_jobs(config: DictConfig) -> int:
     """How many jobs the sweep ``config`` launches, from its overrides alone (nothing composed);
-    0 when the sweeper is neither sweeps' nor Hydra's basic one (:data:`LISTED_SWEEPERS`)."""
+    0 when the sweeper is neither sweeps' nor Hydra's basic one (`LISTED_SWEEPERS`)."""
     return len(job_overrides(config)) if str(config.hydra.sweeper.get("_target_")) in LISTED_SWEEPERS else 0
 
 
 def check_sweep(config: DictConfig) -> int:
     """Compose and check every job of the sweep ``config``, in launch order; returns how many were
-    checked (0 when the sweeper is not one of :data:`LISTED_SWEEPERS`, whose jobs cannot be listed
+    checked (0 when the sweeper is not one of `LISTED_SWEEPERS`, whose jobs cannot be listed
     in advance).
 
     Raises:
         UsageError: the first job whose config is bad — one line naming the job's overrides and
             what is wrong (``sweeps.config.validate``'s or Hydra's message, or a data root that
-            lacks its folders: :func:`check_data_root`, for jobs this machine runs).
+            lacks its folders: `check_data_root`, for jobs this machine runs).
     """
     if str(config.hydra.sweeper.get("_target_")) not in LISTED_SWEEPERS:
         return 0
@@ -99,7 +99,7 @@ def check_sweep(config: DictConfig) -> int:
 
 
 def check_data_root(dataset: DictConfig) -> None:
-    """The folders a dataset option of :data:`DATA_FOLDERS` reads under its ``root`` exist
+    """The folders a dataset option of `DATA_FOLDERS` reads under its ``root`` exist
     (relative to where sweeps starts, ``~`` expanded); nothing for other datasets, a ``root`` not
     given yet (``???``: the composition says so), or ``if_missing=skip`` (the job is then logged
     ``unavailable``).
@@ -163,7 +163,7 @@ def override_key(override: str) -> str:
 def unknown_key_line(exc: BaseException, overrides: list[str],
                      compose: Callable[[list[str]], DictConfig]) -> str | None:
     """The one line for Hydra's error about a key the config lacks (``epoch=3``, ``~epoch``):
-    ``no key epoch; did you mean epochs? (...)`` (:func:`sweeps.config.checks.no_key_line`), the
+    ``no key epoch; did you mean epochs? (...)`` (`sweeps.config.checks.no_key_line`), the
     nearest keys read from ``compose(overrides without that key)`` — never Hydra's advice to
     append it with ``+``, which runs with the value ignored. None for any other error (or where
     the key is not one of ``overrides``')."""
@@ -215,7 +215,7 @@ def one_line(exc: BaseException) -> str:
 
 
 def _group_as_key(text: str) -> str | None:
-    """:func:`sweeps.config.targets.group_as_key`'s line for Hydra's message about a plain value
+    """`sweeps.config.targets.group_as_key`'s line for Hydra's message about a plain value
     merged into a closed group's schema (``device``, ``lr_scaling``, ``precision``), else None."""
     merge = re.search(r"Merge error: \w+ is not a subclass of (\w+)\. value: (.*)", text)
     groups = {cls.__name__: group for group, options in OPTION_SCHEMAS.items() for cls in options.values()}

@@ -4,7 +4,7 @@ Hydra composes each job from scratch (``ConfigLoaderImpl.load_sweep_config``: th
 every YAML file merged, then the command line's values), ~80-200 ms on 2 cores: the largest
 part of a tiny job's fixed cost (docs/benchmarks.md, "Start-up and fixed cost"). Jobs that differ only
 in plain values (``seed=0,1,2``, ``batch=128,256``, ``optimizer.lr=...``) share everything up to
-the values. :class:`JobComposer` composes such a family's *base* once — the jobs' group choices
+the values. `JobComposer` composes such a family's *base* once — the jobs' group choices
 and Hydra overrides, no values — and derives each job from a deep copy of it the way Hydra's
 ``_load_configuration_impl`` finishes a composition: the values applied in order by Hydra's own
 ``_apply_overrides_to_config``, then ``hydra.overrides``, ``hydra.job.env_set`` and
@@ -14,7 +14,7 @@ A family is derived only once its first job, composed both ways, gives the same 
 including ``hydra.*``); where it does not, or a derivation raises, Hydra composes every job of that
 family itself (and raises its own error for a bad one). Jobs of a family share their overrides'
 order and kinds, so the first one's check covers how the others are built; a family of fewer
-than :data:`MIN_FAMILY` jobs is composed by Hydra alone (deriving would save nothing).
+than `MIN_FAMILY` jobs is composed by Hydra alone (deriving would save nothing).
 """
 from __future__ import annotations
 

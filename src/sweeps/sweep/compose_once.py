@@ -3,7 +3,7 @@
 Hydra 1.3's command line (Hydra's ``_run_hydra``) composes the whole config to read
 one key, ``hydra.mode`` (``Hydra.get_mode``), then composes it again for the run or the multirun
 (``Hydra.run`` / ``Hydra.multirun`` → ``ConfigLoaderImpl.load_configuration``): ~0.1-0.35 s on 2
-cores, before any job starts, for every ``python -m sweeps`` command. :func:`composed_once` keeps
+cores, before any job starts, for every ``python -m sweeps`` command. `composed_once` keeps
 the first composition for the second, which is the same call with three differences, all handled:
 
 - the second checks the command line's sweep values (``batch=1,2`` without ``-m``): done here with

@@ -3,7 +3,7 @@
 Hydra's basic sweeper launches the cartesian product of the swept values with the last override
 varying fastest, so ``batch=32,64 repeat=0,1`` runs every repeat of batch 32 before batch 64: a
 machine that slows down half-way (another process starts, the GPU heats up) then poses as a
-batch-size effect. :class:`InterleavingSweeper` (``conf/hydra/sweeper/sweeps.yaml``, the default)
+batch-size effect. `InterleavingSweeper` (``conf/hydra/sweeper/sweeps.yaml``, the default)
 launches the same jobs with the sweep key ``repeat`` varying slowest, wherever it is written (the
 command line or a preset's ``hydra.sweeper.params``): every configuration's repeat 0, then every
 configuration's repeat 1, and so on — Google Benchmark's random interleaving of repetitions
@@ -21,8 +21,8 @@ Contract:
 - the jobs launched are exactly the basic sweeper's, each job's overrides in the same order;
   only the order of the jobs differs, and only where ``repeat`` is swept over two values or more;
 - ``hydra.sweeper.interleave=false`` launches them in the basic sweeper's order;
-- :func:`job_lists` is the one expansion: the sweep check and the job count
-  (:mod:`sweeps.sweep.check`) list the jobs with it, in the order launched, so the
+- `job_lists` is the one expansion: the sweep check and the job count
+  (`sweeps.sweep.check`) list the jobs with it, in the order launched, so the
   console's ``[k/N]`` counts 1..N in launch order;
 - ``max_batch_size`` and ``params`` mean what they mean to Hydra's basic sweeper.
 

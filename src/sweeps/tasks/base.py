@@ -1,16 +1,16 @@
-"""The task interface and its registry: ``task=NAME`` → one :class:`Task` subclass.
+"""The task interface and its registry: ``task=NAME`` → one `Task` subclass.
 
-A task is driven by the job context (:class:`sweeps.job.lifecycle.JobRun`) in three steps:
+A task is driven by the job context (`sweeps.job.lifecycle.JobRun`) in three steps:
 
-1. :meth:`Task.prepare` — before any device is claimed or run opened: build the data and derive
+1. `Task.prepare` — before any device is claimed or run opened: build the data and derive
    the global batch size and the scaled learning rate (bad input raises ``UsageError`` here);
-2. :meth:`Task.run` — on the claimed device, logging through the job (``job.writer`` for
+2. `Task.run` — on the claimed device, logging through the job (``job.writer`` for
    metrics and tags, ``job.epochs`` for per-epoch records, ``job.checkpoints`` and
    ``job.resume_state`` for resume, ``job.telemetry`` for the sampler);
-3. :meth:`Task.summarize` — the job-level metrics from the per-epoch records, on every ending.
+3. `Task.summarize` — the job-level metrics from the per-epoch records, on every ending.
 
 A new task is one module in this package that defines a subclass decorated with
-:func:`register`, and its name in :data:`sweeps.names.GROUP_OPTIONS` ``["task"]``.
+`register`, and its name in `sweeps.names.GROUP_OPTIONS` ``["task"]``.
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def settings_of_other_tasks(task: str) -> set[str]:
 def check_parts(cfg: DictConfig, spec: DataSpec, train) -> None:
     """Bad input in the parts a job is built from, found before its run opens (so no run is left
     logged for it): the model's ``_target_`` imports and its signature takes the arguments it will
-    get, and its output on a batch of 2 fits the dataset's targets (:func:`check_model_output`);
+    get, and its output on a batch of 2 fits the dataset's targets (`check_model_output`);
     the optimizer, schedule and loss are built once on a one-element dummy parameter (cheap, and
     a wrong value such as ``optimizer.betas=abc`` fails here, not after the run opened);
     ``dataset.loader=device`` gets tensors it can hold.
@@ -181,8 +181,8 @@ def _step_through(schedule, epochs: int) -> None:
 
 
 class Task:
-    """One kind of job. Subclasses set :attr:`name` (the ``task=`` value) and :attr:`settings`
-    (the top-level config nodes only this task reads), and implement :meth:`run`."""
+    """One kind of job. Subclasses set `name` (the ``task=`` value) and `settings`
+    (the top-level config nodes only this task reads), and implement `run`."""
 
     name: ClassVar[str] = ""
     settings: ClassVar[tuple[str, ...]] = ()

@@ -17,10 +17,10 @@ right:
 
 On a CPU there is no asynchronous work: all three are the same host clock. Events are recorded
 on the stream of the batch's device (a job on cuda:k, k ≥ 1, is timed on its own GPU). The model
-is built as for training (:func:`sweeps.train.builder.build_model`: precision, ``channels_last``
+is built as for training (`sweeps.train.builder.build_model`: precision, ``channels_last``
 for the model and its batch), and with ``compile=true`` compiled as a training job is (backend
 ``$SWEEPS_COMPILE_BACKEND``, a fresh dynamo cache per job: see
-:class:`~sweeps.train.builder.CompileWatch`) by one forward pass before the warm-up, timed apart
+`CompileWatch`) by one forward pass before the warm-up, timed apart
 as ``time/compile_s``; the ``compiled`` tag says whether it really ran compiled.
 """
 from __future__ import annotations
@@ -107,7 +107,7 @@ def first_batch(dataset, batch: int, device: torch.device) -> torch.Tensor:
 
 @register
 class InferenceTask(Task):
-    """``task=inference``: :func:`time_forward` on one batch of the test set; logs the
+    """``task=inference``: `time_forward` on one batch of the test set; logs the
     ``infer/*`` summaries, ``infer/iter_ms`` per iteration, ``perf/samples_per_s``, ``time/warmup_s``."""
 
     name = "inference"

@@ -8,9 +8,9 @@ few examples: near the boundary, whether a batch fits also depends on cuDNN's wo
 and the allocator's state (cnn10 on an H100: 25,680 and 25,664, 0.06 % apart).
 
 A trial is one real training step at that batch — forward, backward and optimizer step through
-the job's own :class:`~sweeps.train.loop.Trainer` (same precision, autocast, loss scaling,
+the job's own `Trainer` (same precision, autocast, loss scaling,
 channels_last, optimizer implementation, so the same memory) — plus one evaluation batch, on
-random inputs of the dataset's shape. Out of memory is any allocator's (:func:`sweeps.train.memory.is_oom`).
+random inputs of the dataset's shape. Out of memory is any allocator's (`sweeps.train.memory.is_oom`).
 Recovery happens *outside* the ``except`` block: inside it the traceback still holds the failed
 frames and their tensors. Then the gradients are dropped, garbage is collected and the CUDA
 cache emptied, so each trial starts from the memory the previous one found.
@@ -106,7 +106,7 @@ def _reset_peak(device: torch.device) -> None:
 
 
 def peak_mb(device: torch.device) -> float:
-    """Peak memory since :func:`_reset_peak`: CUDA tensors, or the process's peak RSS (MB)."""
+    """Peak memory since `_reset_peak`: CUDA tensors, or the process's peak RSS (MB)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / MB
     try:
@@ -118,7 +118,7 @@ def peak_mb(device: torch.device) -> float:
 def step_trial(model, spec, device: torch.device, precision, channels_last: bool,
                make_optimizer: Callable) -> Callable[[int], Trial]:
     """A ``trial(b)`` that runs one training step and one evaluation batch of ``b`` random
-    examples on ``model`` through a :class:`~sweeps.train.loop.Trainer`, with a fresh optimizer from
+    examples on ``model`` through a `Trainer`, with a fresh optimizer from
     ``make_optimizer(params)`` (its state is part of the footprint)."""
     warm_cublas(device)  # its workspace stays allocated: part of the baseline, not of the first trial
     release_memory(device)
@@ -191,7 +191,7 @@ def run_task(cfg, job, model, spec, device: torch.device, precision, channels_la
 
 @register
 class MaxBatchTask(Task):
-    """``task=max_batch``: :func:`run_task` with the job's model, precision and optimizer."""
+    """``task=max_batch``: `run_task` with the job's model, precision and optimizer."""
 
     name = "max_batch"
     settings = ("max_batch",)

@@ -1,13 +1,13 @@
 """``task=train``: timed training epochs, the study's main job.
 
-The training job comes from :func:`sweeps.train.builder.build_training` (the same for one device and for
+The training job comes from `sweeps.train.builder.build_training` (the same for one device and for
 each rank of a data-parallel job); this module adds what happens around the epochs: FLOPs and
 MFU, compilation kept out of the timer, resume from a checkpoint, a checkpoint when one is due
 (outside the timed epoch), and the job-level summary.
 
-Under ``device=ddp`` every rank runs :meth:`TrainTask.run` with a rank-side job
-(:class:`sweeps.job.rank.RankRun`): the ranks' epoch records are gathered and reduced after
-each epoch (:func:`sweeps.train.distributed.gather_epoch`), so every rank sees the same record and
+Under ``device=ddp`` every rank runs `TrainTask.run` with a rank-side job
+(`sweeps.job.rank.RankRun`): the ranks' epoch records are gathered and reduced after
+each epoch (`sweeps.train.distributed.gather_epoch`), so every rank sees the same record and
 takes the same decisions (a diverged loss); only rank 0's job logs, journals and checkpoints.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ log = logging.getLogger("sweeps")
 @register
 class TrainTask(Task):
     """Train ``epochs`` epochs; one record per epoch to ``job.epochs`` (see
-    :meth:`sweeps.train.loop.Trainer.fit` for its keys)."""
+    `sweeps.train.loop.Trainer.fit` for its keys)."""
 
     name = "train"
 
@@ -115,9 +115,9 @@ def choose_threads(job, cfg, data, device: torch.device, flops_per_step: float |
     its ``torch.threads`` tag. ``device.threads`` set: exactly that count (set by the job's
     ``cpu_threads`` context); nothing else follows from it, which a CPU job says once per model ×
     dataset × device on the console. Null: a single run decides from its own steps
-    (:func:`~sweeps.train.speed.one_thread_for_small_steps`); a sweep's job takes the choice held
+    (`one_thread_for_small_steps`); a sweep's job takes the choice held
     for its model × dataset × device, made by the first such job of the sweep
-    (:func:`~sweeps.train.speed.threads_held_for_sweep`). ``flops_per_step``: FLOPs of one
+    (`threads_held_for_sweep`). ``flops_per_step``: FLOPs of one
     training step (None: not counted)."""
     choices = getattr(job, "choices", {})  # a data-parallel rank's job names none (and is no sweep's)
     model = choices.get("model") or str(cfg.model.get("_target_"))

@@ -2,6 +2,6 @@
 (psutil), summarised per epoch (clocks, utilisation, memory, power, energy), with the raw samples
 and a figure.
 
-Owns: :class:`~sweeps.telemetry.sampler.Telemetry`, :func:`~sweeps.telemetry.sampler.for_job`.
-Imports: psutil, nvidia-ml-py, matplotlib (figure only), :mod:`sweeps.names`; never training code.
+Owns: `Telemetry`, `for_job`.
+Imports: psutil, nvidia-ml-py, matplotlib (figure only), `sweeps.names`; never training code.
 """

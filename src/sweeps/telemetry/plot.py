@@ -2,7 +2,7 @@
 monitor's CSV — clocks, utilisation, memory, temperature, power — and the host's CPU % and RSS,
 over time, with the training epochs shaded. Host panels only where no GPU was sampled.
 
-Drawn with matplotlib's Agg canvas on a :class:`matplotlib.figure.Figure` (no pyplot, no display,
+Drawn with matplotlib's Agg canvas on a `matplotlib.figure.Figure` (no pyplot, no display,
 no global state), so jobs that run one after another in one process do not share figures. A job
 draws it at its end while its store process ingests its last metric values (matplotlib's import,
 ~0.65 s, and the drawing, ~0.35 s, on the other core of two: docs/benchmarks.md).
@@ -39,12 +39,12 @@ ARTIFACT = "telemetry.png"
 
 @dataclass(frozen=True)
 class FigureData:
-    """What the figure draws, as plain values (a snapshot of a :class:`Telemetry`).
+    """What the figure draws, as plain values (a snapshot of a `Telemetry`).
 
-    ``columns`` and ``rows`` are :attr:`Telemetry.columns` and ``rows`` (``t_s`` first);
+    ``columns`` and ``rows`` are `Telemetry.columns` and ``rows`` (``t_s`` first);
     ``gpus`` the number of GPUs sampled; ``edges`` ``(epoch, first sample's t_s, last sample's
     t_s)`` per training epoch — one band ``(first epoch, its start, the last epoch's end)`` where
-    there are more than :data:`MAX_SHADED_EPOCHS`; ``epochs`` ``(count, first, last)`` epoch
+    there are more than `MAX_SHADED_EPOCHS`; ``epochs`` ``(count, first, last)`` epoch
     numbers; ``interval_s`` the sampling interval (s)."""
 
     columns: list[str]

@@ -2,7 +2,7 @@
 
 GPU fields come from NVML through nvidia-ml-py (``import pynvml``, NVIDIA's bindings of the NVML C
 API, "Device Queries" in the NVML API reference), host fields from psutil;
-:mod:`sweeps.telemetry.nvml` gives each one's call and unit (MHz, %, MB, °C, W, J). No library,
+`sweeps.telemetry.nvml` gives each one's call and unit (MHz, %, MB, °C, W, J). No library,
 no driver or no GPU in use: GPU telemetry is off and the ``telemetry`` tag says why. A query a
 GPU does not support (``NVMLError_NotSupported``) drops that field only. Telemetry never fails a
 job.
@@ -10,8 +10,8 @@ job.
 A thread samples every ``interval_s``; the trainer also takes a sample at each edge of a training
 epoch, where the device is synchronized, so each epoch window has exact ends and the energy
 counter is read with the GPU's queue empty. Those edge samples run on the training thread, so
-their cost is bounded: the edge gap (:meth:`Telemetry.edge_gap_s`) is :data:`EDGE_GAP_S`, or
-:data:`EDGE_COST_RATIO` times what an edge sample took where that is more (on an H200
+their cost is bounded: the edge gap (`Telemetry.edge_gap_s`) is `EDGE_GAP_S`, or
+`EDGE_COST_RATIO` times what an edge sample took where that is more (on an H200
 ``nvmlDeviceGetTotalEnergyConsumption`` takes ~3.6 ms a call: docs/benchmarks.md): two samples per
 gap, ≤ 2 % of the training time. An epoch that follows one shorter than the gap (epochs of a few
 ms) gets no edges, except with a GPU once the last sample is a gap old (on the host alone there is
@@ -49,7 +49,7 @@ EDGE_COSTS_KEPT = 5  # that cost is the median of the last few edge samples' (on
 
 @dataclass
 class Window:
-    """One training epoch: rows ``first``..``last`` (its edge samples) of :attr:`Telemetry.rows`."""
+    """One training epoch: rows ``first``..``last`` (its edge samples) of `Telemetry.rows`."""
     epoch: int
     first: int
     last: int = -1
@@ -66,8 +66,8 @@ class Telemetry:
     ``gpu_off_reason``: why no GPU is sampled, where ``gpus`` is empty; ``gpu_off_detail``: more
     of it that the ``telemetry`` tag keeps and the console leaves out (no NVML here, for a job
     that uses no GPU anyway).
-    Lifecycle: :meth:`start`, per epoch :meth:`epoch_start` / :meth:`epoch_end`, :meth:`stop`,
-    then :meth:`summary`, :meth:`tags`, :meth:`csv`.
+    Lifecycle: `start`, per epoch `epoch_start` / `epoch_end`, `stop`,
+    then `summary`, `tags`, `csv`.
     """
 
     def __init__(self, interval_s: float, gpus: Sequence[int | str] = (), *, nvml: Any = None,
@@ -166,7 +166,7 @@ class Telemetry:
 
     # sampling --------------------------------------------------------------------------------
     def sample(self, mark: str = "") -> tuple:
-        """Take one sample now (any thread) and append it to :attr:`rows`. The CPU figures cover the
+        """Take one sample now (any thread) and append it to `rows`. The CPU figures cover the
         time since the previous row, whichever thread took it: the process's from its own
         ``psutil.Process`` (its reference point is per object), the machine's from the CPU times
         kept here (``psutil.cpu_percent(None)`` keeps its reference point per thread)."""
@@ -224,10 +224,10 @@ class Telemetry:
                 self._edge_sample("epoch_start")
 
     def edge_gap_s(self) -> float:
-        """The edge gap (s): :data:`EDGE_GAP_S`, or :data:`EDGE_COST_RATIO` × an edge sample's
+        """The edge gap (s): `EDGE_GAP_S`, or `EDGE_COST_RATIO` × an edge sample's
         measured cost where that is longer (a 1-ms epoch must not pay two samples; where NVML's
         energy read takes ms, neither may a 50-ms one). The cost is the median of the last
-        :data:`EDGE_COSTS_KEPT` edge samples': a sample stalled once (a page fault, a busy
+        `EDGE_COSTS_KEPT` edge samples': a sample stalled once (a page fault, a busy
         core) neither widens the gap nor takes the next long epoch's energy figure."""
         cost = statistics.median(self._edge_costs) if self._edge_costs else 0.0
         return max(EDGE_GAP_S, EDGE_COST_RATIO * cost)
@@ -237,7 +237,7 @@ class Telemetry:
         return not self.rows or self._clock() - self._t0 - self.rows[-1][0] >= gap
 
     def _edge_sample(self, mark: str) -> None:
-        """An edge sample, its cost kept for :meth:`edge_gap_s`."""
+        """An edge sample, its cost kept for `edge_gap_s`."""
         t = self._clock()
         self.sample(mark)
         took = self._clock() - t
@@ -292,7 +292,7 @@ class Telemetry:
     def tags(self) -> dict[str, str]:
         """``telemetry`` (what was sampled, or why not), ``telemetry.energy_method`` (``counter``,
         ``power_integration``, both joined by ``+``, or ``none``) and ``telemetry.throttle_reasons``
-        (the clock-event reasons seen, see :data:`sweeps.telemetry.stats.REASONS`)."""
+        (the clock-event reasons seen, see `sweeps.telemetry.stats.REASONS`)."""
         tags = {"telemetry": self._what(detail=True)}
         if not self.enabled or not self.handles:
             return tags
@@ -303,7 +303,7 @@ class Telemetry:
 
     def _what(self, detail: bool) -> str:
         """What is sampled, or why not: the ``telemetry`` tag (``detail``), the console's line (without
-        :attr:`gpu_detail`)."""
+        `gpu_detail`)."""
         if not self.enabled:
             return f"off ({self.gpu_reason if self._started else 'telemetry.interval_s=0'})"
         every = f"every {self.interval_s:g} s"

@@ -1,6 +1,6 @@
 """Summaries of telemetry samples: per-epoch means and maxima, energy, clock-event reasons.
 
-Pure functions of sample rows — tuples aligned with :attr:`sweeps.telemetry.sampler.Telemetry.columns`,
+Pure functions of sample rows — tuples aligned with `sweeps.telemetry.sampler.Telemetry.columns`,
 time in seconds first, ``None`` where a sample lacks a value.
 
 Two kinds of mean. A *level* (clock, power, fan, memory) is read at the sample's instant; its mean
@@ -56,7 +56,7 @@ SYSTEM_GPU = {"utilization_percentage": ("util_pct", "rate", 1.0),  # %, mean
 def series(rows: Sequence[tuple], columns: Sequence[str], field: str, across: str = "mean") -> list[tuple]:
     """``[(t_s, value)]`` of ``field`` (a host column, or a GPU field of every ``gpu<k>_`` column)
     with the GPUs combined by ``across``: ``mean``, ``max``, ``sum`` (only when all GPUs have a
-    value) or ``slowdown`` (1.0 when any GPU's clock-event bitmask has a :data:`SLOWDOWN` bit)."""
+    value) or ``slowdown`` (1.0 when any GPU's clock-event bitmask has a `SLOWDOWN` bit)."""
     idx = [i for i, c in enumerate(columns) if c == field or (c.startswith("gpu") and c.split("_", 1)[1] == field)]
     out = []
     for r in rows:

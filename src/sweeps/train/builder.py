@@ -1,8 +1,8 @@
 """The one place a training job is assembled from its config, for every device: model, precision,
-speed knobs, optimizer, schedule, loaders and the :class:`~sweeps.train.loop.Trainer`.
+speed knobs, optimizer, schedule, loaders and the `Trainer`.
 
 Single-device jobs and every rank of a data-parallel job (``device=ddp``) go through
-:func:`build`, so an option (``dataset.num_workers``, ``optimizer.impl``, ``channels_last``,
+`build`, so an option (``dataset.num_workers``, ``optimizer.impl``, ``channels_last``,
 ``compile``, ``deterministic``, ``dataset.loader``) means the same thing everywhere.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ def compile_backend() -> str:
 
 
 class CompileWatch:
-    """One job's compilation, started from a clean dynamo state; afterwards :meth:`state` says
+    """One job's compilation, started from a clean dynamo state; afterwards `state` says
     whether it really compiled (the ``compiled`` tag).
 
     Why the reset: dynamo keeps every compiled graph of a function (the model's forward) in one
@@ -74,9 +74,9 @@ class CompileWatch:
 
 @dataclass
 class JobData:
-    """What a job trains on: the two datasets, their :class:`DataSpec`, the global batch size
+    """What a job trains on: the two datasets, their [`DataSpec`][sweeps.data.spec.DataSpec], the global batch size
     (examples per optimizer step, all ranks together) and the learning rate for it, with where
-    that came from (:func:`sweeps.config.describe_lr`: ``lr 0.025 = base_lr 0.1 × 32/128 (linear)``)."""
+    that came from (`sweeps.config.describe_lr`: ``lr 0.025 = base_lr 0.1 × 32/128 (linear)``)."""
 
     train: Dataset
     test: Dataset
@@ -121,7 +121,7 @@ class Training:
         """``torch.compile`` (backend ``$SWEEPS_COMPILE_BACKEND``, default ``inductor``) and warm up
         every batch shape before the first epoch; seconds spent (``time/compile_s``), kept out of
         the epoch times. Under DDP every rank warms up the same shapes (its own batch / world).
-        Sets :attr:`compiled`. The warm-up's memory is not the training's: CUDA peak statistics
+        Sets `compiled`. The warm-up's memory is not the training's: CUDA peak statistics
         are reset afterwards, so ``mem/epoch_peak_mb`` is the epochs' own."""
         watch = CompileWatch()
         seconds = compile_and_warm(self.trainer, self.train_loader, self.test_loader, self.cfg.compile_mode,
@@ -135,7 +135,7 @@ class Training:
         return {**self.trainer.state_dict(), "rng": rng_state(self.train_loader)}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore what :meth:`state_dict` saved."""
+        """Restore what `state_dict` saved."""
         self.trainer.load_state_dict(state)
         set_rng_state(state["rng"], self.train_loader)
         if hasattr(self.train_loader, "set_epoch"):  # a DistributedSampler's permutation follows the epoch
@@ -146,8 +146,8 @@ def build_training(cfg: DictConfig, data: JobData, device: torch.device, monitor
     """Assemble the training job ``cfg`` describes on ``device``.
 
     Under an initialised process group (a ``device=ddp`` rank) the model is wrapped in
-    :class:`~torch.nn.parallel.DistributedDataParallel` and each rank loads ``batch / world``
-    examples per step from its own shard (see :mod:`sweeps.train.distributed`).
+    `DistributedDataParallel` and each rank loads ``batch / world``
+    examples per step from its own shard (see `sweeps.train.distributed`).
 
     Raises:
         UsageError: an option this data or device cannot take (e.g. ``dataset.loader=device``

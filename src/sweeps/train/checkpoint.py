@@ -38,7 +38,7 @@ def rng_state(loader=None) -> dict:
 
 
 def set_rng_state(state: dict, loader=None) -> None:
-    """Restore what :func:`rng_state` saved."""
+    """Restore what `rng_state` saved."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
@@ -65,7 +65,7 @@ class Checkpoints:
         self.off = ""  # why saving stopped (a full disk): the job goes on without checkpoints
 
     def due(self, epoch: int) -> bool:
-        """Whether to save after ``epoch`` (O(1): a clock read and a modulo); never once :attr:`off`."""
+        """Whether to save after ``epoch`` (O(1): a clock read and a modulo); never once `off`."""
         if self.off:
             return False
         if self.every_epochs > 0 and epoch % self.every_epochs == 0:
@@ -81,7 +81,7 @@ class Checkpoints:
 
         A write the file system refuses (no space left, a quota, a read-only mount) does not end
         the job — a checkpoint is insurance, the measurement goes on: it is reported in one line
-        naming the folder, saving stops (:attr:`off` says why) and None is returned.
+        naming the folder, saving stops (`off` says why) and None is returned.
         """
         final = self.directory / f"epoch_{epoch:04d}.pt"
         tmp = None

@@ -3,18 +3,18 @@
 Outside an initialised process group every function here returns its input unchanged, so the
 single-device path and the data-parallel path are the same code.
 
-- :func:`init` / :func:`shutdown`: this process's rank in the job's process group (NCCL: one
+- `init` / `shutdown`: this process's rank in the job's process group (NCCL: one
   GPU per rank; Gloo: the CPU, its cores shared out).
-- :func:`wrap`: the model in :class:`~torch.nn.parallel.DistributedDataParallel` (gradients
+- `wrap`: the model in `DistributedDataParallel` (gradients
   averaged across ranks in the backward pass).
-- :func:`shard`: each rank takes ``batch / world`` examples per step from its own part of a
+- `shard`: each rank takes ``batch / world`` examples per step from its own part of a
   per-epoch permutation that all ranks share, so the ranks of step *k* together see the same
   examples as one process at ``batch`` (given that permutation) and DDP's averaged gradient is
   that process's gradient. The test loader is not sharded: every rank evaluates the whole test
   set (no collective in evaluation, test metrics equal to one process's; the cost is N-fold
   redundant evaluation, which is timed apart as ``time/eval_s``).
-- :func:`gather_epoch`: one ``all_gather_object`` per epoch, after evaluation (never inside a
-  step), and :func:`reduce_records` into the one record rank 0 logs.
+- `gather_epoch`: one ``all_gather_object`` per epoch, after evaluation (never inside a
+  step), and `reduce_records` into the one record rank 0 logs.
 """
 from __future__ import annotations
 
@@ -76,13 +76,13 @@ def wrap(model: nn.Module, device: torch.device) -> nn.Module:
 
 
 class ShardedBatches:
-    """This rank's part of each step of an in-memory loader (:class:`~sweeps.data.loaders.TensorBatches`
-    or :class:`~sweeps.data.device_loader.DeviceBatches`, global ``batch`` ``B``, ``n`` examples).
+    """This rank's part of each step of an in-memory loader (`TensorBatches`
+    or `DeviceBatches`, global ``batch`` ``B``, ``n`` examples).
 
     Every epoch draws the permutation the loader itself would (``randperm(n)`` from its seeded
     ``generator``, which every rank holds in the same state); step *k* of rank *r* takes
     positions ``k·B + r·B/W … k·B + (r+1)·B/W``. The last, short step is split evenly, padded
-    with the permutation's first examples (as :class:`DistributedSampler` pads) so every rank
+    with the permutation's first examples (as `DistributedSampler` pads) so every rank
     runs the same number of steps at the same batch shape. Augmentation draws from the same
     generator per sub-batch, so ranks stay in lockstep (with ``dataset.augment`` the later
     epochs' permutations differ from one process's, which draws for whole batches).
@@ -120,10 +120,10 @@ class ShardedBatches:
 
 
 class EpochSampling:
-    """A DataLoader over a :class:`DistributedSampler` (``batch / world`` per step) that tells
+    """A DataLoader over a `DistributedSampler` (``batch / world`` per step) that tells
     the sampler the epoch before each pass (``set_epoch``: a new shared permutation per epoch);
     with workers, each example's augmentation is seeded from ``(seed, epoch, index)``
-    (:class:`_Keyed`), without them the training process's RNG (which a checkpoint holds) draws
+    (`_Keyed`), without them the training process's RNG (which a checkpoint holds) draws
     it. ``epoch`` counts passes from 0; a resumed job sets it to the epochs done, which restores
     both — there is no generator state to checkpoint (``generator`` is None)."""
 
@@ -147,8 +147,8 @@ class EpochSampling:
 
 
 class _Keyed(Sampler):
-    """A :class:`DistributedSampler`'s indices as ``(epoch key, index)`` for
-    :class:`~sweeps.data.loaders.KeyedExamples`: the key follows the sampler's epoch, so a
+    """A `DistributedSampler`'s indices as ``(epoch key, index)`` for
+    `KeyedExamples`: the key follows the sampler's epoch, so a
     resumed job (which sets the epoch) augments each example as an uninterrupted one would."""
 
     def __init__(self, sampler: DistributedSampler, seed: int):
@@ -189,7 +189,7 @@ def shard(loaders: tuple, batch: int, seed: int) -> tuple:
 
 
 def gather_epoch(rec: dict) -> dict:
-    """Every rank's record of the epoch just ended, reduced (:func:`reduce_records`) — the same
+    """Every rank's record of the epoch just ended, reduced (`reduce_records`) — the same
     on every rank, so every rank takes the same decisions from it (a diverged loss). One
     ``all_gather_object`` (a host sync) per epoch; ``rec`` itself outside a process group."""
     world = world_size()

@@ -1,6 +1,6 @@
 """FLOPs per training example, achieved FLOP/s, and MFU against the device's datasheet peak.
 
-Counting (once per job): :class:`torch.utils.flop_counter.FlopCounterMode` (PyTorch docs,
+Counting (once per job): `torch.utils.flop_counter.FlopCounterMode` (PyTorch docs,
 ``torch.utils.flop_counter``) intercepts the aten ops of one forward + backward pass and applies
 its shape formulas — 2 FLOPs per multiply-add of matmuls and convolutions (``mm``, ``addmm``,
 ``bmm``, ``convolution`` and their backward ops; attention kernels too); element-wise work
@@ -13,7 +13,7 @@ backward (the first layer's input gradient is skipped: the input needs none). WR
 32×32 image: 5.24 G multiply-adds forward → 31.5 GFLOP per training example → 1.57 PFLOP per
 CIFAR-10 epoch (50,000 images).
 
-MFU = achieved FLOP/s ÷ the dense peak of the device at the job's precision (:data:`PEAK_TFLOPS`).
+MFU = achieved FLOP/s ÷ the dense peak of the device at the job's precision (`PEAK_TFLOPS`).
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ _GPU_NAMES = [(r"H100.*(PCIe|PCIE)", "H100 PCIe"), (r"H100.*NVL", None), (r"H100
 
 
 def gpu_model(name: str) -> str | None:
-    """The :data:`PEAK_TFLOPS` key for a CUDA device name (``"NVIDIA H100 80GB HBM3"`` →
+    """The `PEAK_TFLOPS` key for a CUDA device name (``"NVIDIA H100 80GB HBM3"`` →
     ``"H100 SXM"``), or None when the table does not know it."""
     for pattern, key in _GPU_NAMES:
         if re.search(pattern, name):
@@ -91,7 +91,7 @@ def training_flops_per_example(model: nn.Module, spec: DataSpec, loss_fn: nn.Mod
                                batch: int = 2, example: torch.Tensor | None = None) -> float:
     """FLOPs of forward + backward for one training example (FLOP, not FLOP/s).
 
-    Counted by :class:`FlopCounterMode` on a ``meta``-device copy of ``model`` in training mode,
+    Counted by `FlopCounterMode` on a ``meta``-device copy of ``model`` in training mode,
     on a batch of ``batch`` examples shaped and typed like ``example`` (one real input, e.g. int64
     token ids for an embedding; None: float32 of ``spec.in_shape``), then divided by ``batch``.
     """
@@ -132,10 +132,10 @@ def tracker(writer, model: nn.Module, spec: DataSpec, device: torch.device, prec
             devices: int = 1, example: torch.Tensor | None = None) -> tuple[Callable[[dict], None], float | None]:
     """Count the model's FLOPs once, log ``perf/flops_per_example`` and ``perf/peak_flops`` (job
     level) and the ``perf.peak`` tag through ``writer`` (``log_metrics``, ``set_tags``), and return
-    a function that adds :func:`perf_metrics` to an epoch record in place. A model the counter
+    a function that adds `perf_metrics` to an epoch record in place. A model the counter
     cannot handle only loses these metrics. ``devices``: data-parallel ranks, each a ``device``
     (the records then count all ranks' samples, so the peak is ``devices`` × one device's).
-    ``example``: one real input (:func:`first_input`), whose dtype and shape the count uses.
+    ``example``: one real input (`first_input`), whose dtype and shape the count uses.
     Returns that function and the training FLOPs per example (None where not counted)."""
     try:
         per_example = training_flops_per_example(model, spec, example=example)

@@ -16,7 +16,7 @@ allocator") recommends an allocator that reuses memory (jemalloc, TCMalloc, prel
 makes glibc's own do so for the job, with nothing to install.
 
 Both thresholds are process-wide and glibc has no call that reads them back or returns them to
-the dynamic mode, so :func:`retained` sets them for a job and puts glibc's initial values back
+the dynamic mode, so `retained` sets them for a job and puts glibc's initial values back
 afterwards (static from then on: the dynamic rise is off for good in this process), then gives the
 free heap back (``malloc_trim``). A no-op on other C libraries (musl, macOS, Windows).
 """
@@ -45,13 +45,13 @@ def glibc_version() -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def _glibc() -> tuple[ctypes.CDLL, str] | None:
-    """This process's C library and :func:`glibc_version`, or None where it is not glibc."""
+    """This process's C library and `glibc_version`, or None where it is not glibc."""
     version = glibc_version()
     return (ctypes.CDLL(None), version) if version else None
 
 
 def _retain(trim_mb: int | None) -> tuple[bool, str]:
-    """(whether the thresholds were set, the tag text): see :func:`retain`."""
+    """(whether the thresholds were set, the tag text): see `retain`."""
     global _static
     libc = _glibc()
     if libc is None:
@@ -89,7 +89,7 @@ def trim() -> None:
 
 def restore() -> None:
     """Both thresholds back at glibc's initial 128 KiB (static: see the module docstring), then
-    :func:`trim`. No-op where not glibc."""
+    `trim`. No-op where not glibc."""
     global _static
     libc = _glibc()
     if libc is not None:
@@ -101,7 +101,7 @@ def restore() -> None:
 
 @contextmanager
 def retained(trim_mb: int | None) -> Iterator[str]:
-    """:func:`retain` for one job (yields its tag text), then :func:`restore` where it set
+    """`retain` for one job (yields its tag text), then `restore` where it set
     anything, so the next job of the process starts from a heap given back."""
     changed, text = _retain(trim_mb)
     try:

@@ -29,8 +29,8 @@ class Trainer:
     """Trains ``model`` on ``train_loader`` for ``epochs``, evaluating on ``test_loader`` after each.
 
     Per epoch it calls ``on_epoch(record)`` with a dict of the contract's metric names (units in
-    the name: ``_s`` seconds, ``_ms`` milliseconds per iteration) — see :meth:`fit`. A ``monitor``
-    (e.g. :class:`sweeps.telemetry.sampler.Telemetry`) is told the edges of each training pass, where the
+    the name: ``_s`` seconds, ``_ms`` milliseconds per iteration) — see `fit`. A ``monitor``
+    (e.g. `sweeps.telemetry.sampler.Telemetry`) is told the edges of each training pass, where the
     device is synchronized, and its ``epoch_end`` metrics join the record.
     """
 
@@ -105,7 +105,7 @@ class Trainer:
 
     def _epoch_result(self, loss_sum: torch.Tensor | None, correct: torch.Tensor | None, seen: int,
                       synchronized: bool) -> dict[str, float]:
-        """The epoch's figures from its phase marks and device-side sums (see :meth:`train_epoch`;
+        """The epoch's figures from its phase marks and device-side sums (see `train_epoch`;
         None: the loader gave no batch)."""
         phases = self.timer.summary(synchronized=synchronized)
         out = {names.TRAIN_LOSS: (0.0 if loss_sum is None else loss_sum.item()) / max(seen, 1), "samples": seen,
@@ -181,7 +181,7 @@ class Trainer:
                 "schedule": self.schedule.state_dict(), "scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore what :meth:`state_dict` saved."""
+        """Restore what `state_dict` saved."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
@@ -199,8 +199,8 @@ class Trainer:
         (Σ phase times, to compare with the epoch time), ``phase/{data,forward,backward,optimizer}_ms``
         (mean per iteration), ``perf/samples_per_s``, ``train/lr``, ``train/loss``, ``train/acc``,
         ``mem/epoch_peak_mb``, ``system/host/other_cpu_pct`` (other processes' share of all cores during the
-        training pass, % — see :mod:`sweeps.train.noise`), the monitor's metrics for the training pass, and the test metrics of
-        :meth:`evaluate` on epochs that evaluate: every ``eval_every``-th and the last
+        training pass, % — see `sweeps.train.noise`), the monitor's metrics for the training pass, and the test metrics of
+        `evaluate` on epochs that evaluate: every ``eval_every``-th and the last
         (``time/eval_s`` is 0 on the others).
         """
         synchronize(self.device)
@@ -240,7 +240,7 @@ class Trainer:
 
     def peak_memory_mb(self, peak_rss: int) -> float:
         """CUDA: peak allocated by tensors on the device (MB); CPU: ``peak_rss``, the process RSS's
-        peak (bytes) → MB. :meth:`fit` reads it at epoch ends, at most every ``MIN_WINDOW_S`` =
+        peak (bytes) → MB. `fit` reads it at epoch ends, at most every ``MIN_WINDOW_S`` =
         0.1 s and after the last epoch (a running peak: an epoch between reads shows the last one)."""
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated(self.device) / 2**20
@@ -269,7 +269,7 @@ def regression_target(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def summarize(records: list[dict], regression: bool) -> dict[str, float]:
     """Job-level metrics from the per-epoch records: first, median (epochs 2 on: the first carries
     warm-up — cuDNN autotuning, allocator growth, worker start — so a 1-epoch job has none) and
-    total time, the spread of epochs 2+ (:func:`sweeps.train.noise.spread`), other processes' mean
+    total time, the spread of epochs 2+ (`sweeps.train.noise.spread`), other processes' mean
     CPU share over them (``system/host/other_cpu_mean_pct``), peak memory and the last evaluation's score.
 
     ``perf/median_samples_per_s`` (samples/s): the training examples an epoch passes over (the

@@ -35,8 +35,8 @@ def is_sticky_cuda_error(exc: BaseException) -> bool:
 
 def note_cuda_lost(line: str) -> None:
     """Remember that this process's CUDA context is lost (``line`` says how); later CUDA work in it
-    is refused (:func:`sweeps.placement.device.resolve_device`) and memory is no longer
-    released. Kept in this process's state (:attr:`sweeps.state.ProcessState.cuda_lost`)."""
+    is refused (`sweeps.placement.device.resolve_device`) and memory is no longer
+    released. Kept in this process's state (`sweeps.state.ProcessState.cuda_lost`)."""
     state = current()
     state.cuda_lost = state.cuda_lost or line
 
@@ -49,13 +49,13 @@ def is_oom(exc: BaseException) -> bool:
 
 def release_memory(device: torch.device | None = None) -> None:
     """Free what a finished (or failed) job left: collect garbage, empty the CUDA cache and reset
-    peak statistics, and give the host heap's free memory back (:func:`sweeps.train.host_heap.trim`),
+    peak statistics, and give the host heap's free memory back (`sweeps.train.host_heap.trim`),
     so the next job (or trial) in this process starts from a clean allocator.
 
     Call it *outside* the ``except`` block: inside it, the traceback still holds the failed
     frames and with them the tensors.
 
-    What survives the collection is long-lived (modules, caches) and is frozen (:func:`gc.freeze`):
+    What survives the collection is long-lived (modules, caches) and is frozen (`gc.freeze`):
     later collections skip it, so this one costs milliseconds instead of the ~0.3 s a full
     collection of a process holding torch, Hydra, MLflow and matplotlib takes.
 

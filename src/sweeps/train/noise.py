@@ -3,8 +3,8 @@ of a job's epoch times.
 
 An epoch time measured while another process used the cores is not the device's figure: three
 identical CPU runs once logged median epochs of 3.17, 12.60 and 3.14 s because of one such
-neighbour. :class:`HostLoad` measures it per epoch from two reads of ``/proc/stat`` (through
-:func:`psutil.cpu_times`) and of this process tree's CPU times — O(1) per epoch, never per step.
+neighbour. `HostLoad` measures it per epoch from two reads of ``/proc/stat`` (through
+`psutil.cpu_times`) and of this process tree's CPU times — O(1) per epoch, never per step.
 """
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ MIN_WINDOW_S = 0.1  # counters are read at most this often: a read costs ~0.1 ms
 
 class HostLoad:
     """Other processes' share of the machine's CPU over the latest window of at least
-    :data:`MIN_WINDOW_S`, read at epoch edges.
+    `MIN_WINDOW_S`, read at epoch edges.
 
-    Call :meth:`start` and :meth:`stop` at an epoch's edges; ``stop()`` returns percent of all
+    Call `start` and `stop` at an epoch's edges; ``stop()`` returns percent of all
     cores (0–100; 100 = every core busy with other work). An epoch of ≥ 0.1 s gets its own window;
     shorter epochs share the latest window that closed (the counters are read at most every
     0.1 s, so a 1-ms epoch does not pay two reads). A child that ends within the window takes its

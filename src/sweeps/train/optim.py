@@ -1,4 +1,4 @@
-"""The optimizer and its schedule, each a Hydra ``_target_`` (:mod:`sweeps.config.targets`): the
+"""The optimizer and its schedule, each a Hydra ``_target_`` (`sweeps.config.targets`): the
 optimizer at the scaled learning rate with its implementation (``optimizer.impl``: fused, foreach,
 loop), and the per-epoch lr schedule.
 
@@ -8,7 +8,7 @@ loop), and the per-epoch lr schedule.
 is a real floating-point tensor, and PyTorch's own default elsewhere. Fused is the fastest of the
 three (PyTorch docs, ``torch.optim``, "Algorithms": foreach and fused implementations; Hugging
 Face Transformers' ``TrainingArguments.optim`` defaults to fused AdamW since PyTorch 2.8): on CUDA
-:class:`torch.amp.GradScaler` steps it without reading the inf/NaN flag back to the host, and on a
+`torch.amp.GradScaler` steps it without reading the inf/NaN flag back to the host, and on a
 CPU one kernel replaces the loop's ~10 per parameter, the larger part of a small model's step.
 The same update rule, not the same bits: float sums in another order.
 """
@@ -70,7 +70,7 @@ def make_optimizer(cfg: DictConfig, params, lr: float, device: torch.device,
 
 def describe(optimizer: torch.optim.Optimizer) -> str:
     """The optimizer's class and the implementation its steps take, for the run's
-    :data:`~sweeps.names.OPTIMIZER_TAG`: ``"Adam, fused"``, ``"SGD, foreach"``, ``"Adam, loop
+    `OPTIMIZER_TAG`: ``"Adam, fused"``, ``"SGD, foreach"``, ``"Adam, loop
     (torch's default on cpu)"`` — torch's own choice where neither switch is set: foreach where
     every parameter is on CUDA or XPU, the loop elsewhere (``torch.optim.optimizer.
     _default_to_fused_or_foreach``) — or the class alone for one without the switches."""

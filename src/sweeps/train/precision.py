@@ -21,11 +21,11 @@ PRECISIONS = {"fp32": (False, None, False), "tf32": (True, None, False),
 class Precision:
     """How a step does its arithmetic: ``autocast`` dtype (None: none) and loss scaling.
 
-    ``fp32`` and ``tf32`` differ only in the global TF32 switches :func:`apply_precision` sets
+    ``fp32`` and ``tf32`` differ only in the global TF32 switches `apply_precision` sets
     (TF32: 10-bit mantissa tensor-core matmuls on Ampere and newer; no effect on a CPU).
-    ``bf16``/``fp16`` run the forward pass under :class:`torch.autocast` (matmuls and
+    ``bf16``/``fp16`` run the forward pass under `torch.autocast` (matmuls and
     convolutions in 16 bit, weights and optimizer state stay fp32); ``fp16`` also scales the
-    loss with :class:`torch.amp.GradScaler` so small gradients do not flush to zero.
+    loss with `torch.amp.GradScaler` so small gradients do not flush to zero.
     """
 
     name: str = "fp32"
@@ -46,7 +46,7 @@ class Precision:
 
 
 def apply_precision(cfg: DictConfig, device: torch.device | None = None) -> Precision:
-    """Set the global TF32 switches for ``precision=NAME`` and return its :class:`Precision`.
+    """Set the global TF32 switches for ``precision=NAME`` and return its `Precision`.
 
     ``fp32`` is true IEEE fp32: PyTorch lets cuDNN convolutions use TF32 by default, so both
     switches are set off explicitly; ``tf32`` sets both on.

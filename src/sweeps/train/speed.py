@@ -1,18 +1,18 @@
 """Speed knobs of a training job: ``channels_last``, ``torch.compile`` with its warm-up kept
 out of the epoch times, and one torch thread for small CPU steps (the optimizer implementation is
-in :mod:`sweeps.train.optim`).
+in `sweeps.train.optim`).
 
 - ``channels_last``: NHWC memory format for convolutional models (what cuDNN's tensor-core
   kernels read natively; PyTorch tutorial "Channels Last Memory Format"); models without a
   ``Conv2d`` are left as they are.
-- ``compile``: :meth:`torch.nn.Module.compile` in place (so ``state_dict`` keys do not change),
+- ``compile``: `torch.nn.Module.compile` in place (so ``state_dict`` keys do not change),
   static shapes. Every batch shape a job will use (full and remainder batch, training and
   evaluation) is compiled before the first epoch by running those steps once on random inputs;
   model, optimizer, loss scale and RNG states are restored afterwards, so the warm-up does not
   change the training — it only moves compilation out of the timer (``time/compile_s``).
 - torch threads (``device.threads`` null): one intra-op thread for small CPU steps
-  (:func:`one_thread_for_small_steps`, a single run), decided once per sweep for each model ×
-  dataset × device and held at every batch size (:func:`threads_held_for_sweep`), so a sweep over
+  (`one_thread_for_small_steps`, a single run), decided once per sweep for each model ×
+  dataset × device and held at every batch size (`threads_held_for_sweep`), so a sweep over
   ``batch`` compares batch sizes, not thread counts.
 """
 from __future__ import annotations
@@ -99,9 +99,9 @@ def compile_and_warm(trainer, train_loader, test_loader, mode: str = "default", 
 
 def one_thread_for_small_steps(flops_per_step: float | None, device: torch.device) -> str | None:
     """A single run's thread choice (a sweep holds one per model × dataset × device:
-    :func:`threads_held_for_sweep`): with ``device.threads`` null, a CPU job whose training step
+    `threads_held_for_sweep`): with ``device.threads`` null, a CPU job whose training step
     (``flops_per_step``: FLOPs of one step, None where not counted) is under
-    :data:`SMALL_STEP_FLOPS` runs on one torch thread: sets it and returns the run's
+    `SMALL_STEP_FLOPS` runs on one torch thread: sets it and returns the run's
     ``torch.threads`` tag; None (nothing changed) for a larger or uncounted step, a GPU job, or a
     process already on one thread. The job's ``cpu_threads`` context puts the count back after it.
 
@@ -137,10 +137,10 @@ def threads_held_for_sweep(sweep: str, model: str, dataset: str, device: torch.d
     job of ``model`` × ``dataset`` × ``device.type`` in the sweep ``sweep`` (its parent run id),
     whatever its batch size or training-set size.
 
-    The first job of a key in this process decides by the rule of :func:`one_thread_for_small_steps`
+    The first job of a key in this process decides by the rule of `one_thread_for_small_steps`
     from its own step (``flops_per_step``: FLOPs of one training step, None where not counted;
-    ``batch``: its batch size, named in the tag): one thread under :data:`SMALL_STEP_FLOPS`, else
-    the process's count. The choice is kept in :attr:`sweeps.state.ProcessState.held` and said
+    ``batch``: its batch size, named in the tag): one thread under `SMALL_STEP_FLOPS`, else
+    the process's count. The choice is kept in `sweeps.state.ProcessState.held` and said
     once on the console (``  torch threads: 1 for every batch of conv1d on waves (cpu): the first
     job's steps are 17 MFLOP, under 20; device.threads=N to choose``); every later job of the key
     sets the same count, whatever its own steps. The job's ``cpu_threads`` context puts the count

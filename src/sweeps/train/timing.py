@@ -40,8 +40,8 @@ def record(event, device: torch.device) -> None:
 class PhaseTimer:
     """Collects phase marks for one epoch and turns them into mean per-iteration times.
 
-    Usage per epoch: :meth:`start` once, then per step :meth:`mark` after each phase (4 marks
-    a step, in the order of :data:`PHASES`), then :meth:`summary`.
+    Usage per epoch: `start` once, then per step `mark` after each phase (4 marks
+    a step, in the order of `PHASES`), then `summary`.
     """
 
     def __init__(self, device: torch.device):

@@ -8,8 +8,8 @@ A job that raised instead — bad input found on its node (a ``UsageError``: a m
 compiler for ``compile=true``) before it opened a run, or a crash outside its run — ends ``error``:
 one line on stderr and a ``slurm.error.<job id>`` tag on the sweep's parent run, which stays open for
 the other jobs; the sweep exits 1.
-Job states come from ``squeue``, not ``sacct`` (see :meth:`SlurmLauncher.launch`). Inside each job
-:mod:`sweeps.launchers.slurm.requeue` handles the time limit and preemption.
+Job states come from ``squeue``, not ``sacct`` (see `SlurmLauncher.launch`). Inside each job
+`sweeps.launchers.slurm.requeue` handles the time limit and preemption.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         """Run one job in its Slurm job's process, under sweeps' requeue protocol
-        (:func:`sweeps.launchers.slurm.requeue.run_job`)."""
+        (`sweeps.launchers.slurm.requeue.run_job`)."""
         delay = float(self.params.get("signal_delay_s") or 120)
         return requeue.run_job(lambda: super(SlurmLauncher, self).__call__(*args, **kwargs), delay)
 
@@ -112,7 +112,7 @@ def arrays(gpus: Sequence[int | None]) -> dict[int | None, list[int]]:
 
 def _result(job, overrides: list[str]) -> JobReturn:
     """The job's Hydra result: for a job that raised (its task function, or the job around it), an
-    ``error`` result (:func:`_errored`); for a job that ended without a result, a ``killed`` one,
+    ``error`` result (`_errored`); for a job that ended without a result, a ``killed`` one,
     its run closed."""
     from submitit.core.utils import FailedJobError
 
@@ -186,7 +186,7 @@ def _close_lost_run(job_id: str, state: str) -> None:
 
 def gpus_for(device, partition: str | None, has_gpus: Callable[[str | None], bool] | None = None) -> int:
     """GPUs per job for ``device`` (a config node): cpu 0, cuda 1, ddp ``device.gpus`` (0 with gloo),
-    auto 1 — where the partition has GPUs (``has_gpus``, by default :func:`partition_has_gpus`:
+    auto 1 — where the partition has GPUs (``has_gpus``, by default `partition_has_gpus`:
     ``sinfo``), else 0 for auto and ddp with backend auto."""
     name = device.name
     if name == "cpu" or (name == "ddp" and device.backend == "gloo"):

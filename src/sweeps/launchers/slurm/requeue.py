@@ -1,10 +1,10 @@
 """A job inside Slurm: the tags that tie its MLflow run to its Slurm job, and a time limit or
 preemption turned into checkpoint → requeue → resume in the same run.
 
-:func:`on_open` (called by :class:`~sweeps.job.lifecycle.JobRun` through
-:mod:`sweeps.launchers`) tags every run that runs in a
-Slurm job. In a job that ``hydra/launcher=slurm`` started (:class:`~sweeps.launchers.slurm.launcher.SlurmLauncher`,
-which runs the job through :func:`run_job`), submitit's signal handlers are replaced:
+`on_open` (called by `JobRun` through
+`sweeps.launchers`) tags every run that runs in a
+Slurm job. In a job that ``hydra/launcher=slurm`` started (`SlurmLauncher`,
+which runs the job through `run_job`), submitit's signal handlers are replaced:
 
 - SIGUSR2 — submitit's ``--signal=USR2@signal_delay_s``: the time limit is near, or the job is
   preempted. A training job writes a checkpoint at the end of its current epoch and stops there;
@@ -16,7 +16,7 @@ which runs the job through :func:`run_job`), submitit's signal handlers are repl
   like a Ctrl-C, and the job is not requeued (submitit itself would ignore SIGTERM).
 
 Slurm sends ``--signal`` to every process of the job step, not only the job's: the job's store
-process ignores it (:mod:`sweeps.tracking.service.server`), and so does every process forked from
+process ignores it (`sweeps.tracking.service.server`), and so does every process forked from
 the job's while it runs (data loader workers), which SIGUSR2 would otherwise kill mid-epoch.
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ class _SlurmJob:
 
 
 def _forked_child_ignores_usr2() -> None:
-    """In a process forked from a job's while :func:`run_job` runs it (a data loader worker):
+    """In a process forked from a job's while `run_job` runs it (a data loader worker):
     ignore SIGUSR2, which Slurm sends to every process of the step (module docstring)."""
     if _SlurmJob.active:
         _SlurmJob.active = False  # this process runs no job
@@ -71,7 +71,7 @@ if hasattr(os, "register_at_fork"):  # inert unless run_job is running a job in 
 
 
 def tags() -> dict[str, str]:
-    """The Slurm job this process runs in, as run tags (:data:`sweeps.names.SLURM_TAGS`), from the
+    """The Slurm job this process runs in, as run tags (`sweeps.names.SLURM_TAGS`), from the
     ``SLURM_*`` variables Slurm sets; ``{}`` outside Slurm."""
     env = os.environ
     if "SLURM_JOB_ID" not in env:
@@ -87,9 +87,9 @@ def tags() -> dict[str, str]:
 
 
 def on_open(job) -> None:
-    """Called by :class:`~sweeps.job.lifecycle.JobRun` once its run is open: tag it with its Slurm job;
+    """Called by `JobRun` once its run is open: tag it with its Slurm job;
     on a requeued job resuming, log ``time/requeue_lost_s`` (wall s from the newest checkpoint's write
-    to now, step = restart count); in a job :func:`run_job` runs, let a SIGUSR2 stop a training job
+    to now, step = restart count); in a job `run_job` runs, let a SIGUSR2 stop a training job
     at its next epoch end, after that epoch's checkpoint. Outside Slurm it does nothing."""
     slurm_tags = tags()
     if not slurm_tags:
@@ -109,8 +109,8 @@ def on_open(job) -> None:
 
 
 class _CheckpointThenStop:
-    """A job's :class:`~sweeps.train.checkpoint.Checkpoints`, plus: once a requeue is asked for, the
-    next epoch end is due, and after its checkpoint is written the job stops (:class:`Requeue`)."""
+    """A job's `Checkpoints`, plus: once a requeue is asked for, the
+    next epoch end is due, and after its checkpoint is written the job stops (`Requeue`)."""
 
     def __init__(self, inner):
         self._inner = inner
@@ -206,14 +206,14 @@ def run_job(call: Callable[[], Any], signal_delay_s: float) -> Any:
 
 def grace_s(signal_delay_s: float) -> float:
     """How long after SIGUSR2 a training job may take to reach its epoch end: all but
-    :data:`GRACE_MARGIN_S` of ``signal_delay_s`` (75 s of the default 120 s), at least half of it."""
+    `GRACE_MARGIN_S` of ``signal_delay_s`` (75 s of the default 120 s), at least half of it."""
     return max(signal_delay_s / 2, signal_delay_s - GRACE_MARGIN_S)
 
 
 def in_job() -> bool:
-    """Whether this process is running a sweep's job inside its Slurm job (:func:`run_job`). There
+    """Whether this process is running a sweep's job inside its Slurm job (`run_job`). There
     bad input ends that job alone (``error``): the sweep runs in another process, which records it
-    and keeps its parent run (:func:`sweeps.launchers.slurm.launcher._result`)."""
+    and keeps its parent run (`sweeps.launchers.slurm.launcher._result`)."""
     return _SlurmJob.active
 
 

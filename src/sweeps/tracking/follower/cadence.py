@@ -9,8 +9,8 @@ less often, each send carrying more values (the writer coalesces everything queu
 it can serve instead of its queue growing without bound. A jitter of ±``JITTER`` spreads jobs
 that started together, so their sends do not arrive in waves.
 
-Pure logic, no I/O: the writer calls :meth:`Cadence.sent` after each send and sleeps
-:meth:`Cadence.wait_s`. Only the background beat follows it; the end-of-job flush is immediate.
+Pure logic, no I/O: the writer calls `Cadence.sent` after each send and sleeps
+`Cadence.wait_s`. Only the background beat follows it; the end-of-job flush is immediate.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class Cadence:
     """The send beat of one writer: ``wait_s()`` seconds until the next background send.
 
     ``floor_s`` and ``cap_s`` (s) bound the wait; ``k`` scales the smoothed per-call latency (s)
-    into it; ``jitter`` (fraction) and ``rng`` (a :class:`random.Random`) spread it. Raises
+    into it; ``jitter`` (fraction) and ``rng`` (a `random.Random`) spread it. Raises
     ``ValueError`` on bounds that cannot hold (``0 < floor_s <= cap_s``, ``k > 0``, ``0 <= jitter < 1``).
     """
 
@@ -47,7 +47,7 @@ class Cadence:
         return min(self.cap_s, max(self.floor_s, self.k * self.latency_s))
 
     def wait_s(self) -> float:
-        """Seconds to sleep before the next send: :attr:`beat_s` ± jitter, never above ``cap_s``."""
+        """Seconds to sleep before the next send: `beat_s` ± jitter, never above ``cap_s``."""
         return min(self.cap_s, self.beat_s * (1 + self.jitter * self._rng.uniform(-1, 1)))
 
     def sent(self, seconds: float, values: int, batch: int = 1000) -> None:

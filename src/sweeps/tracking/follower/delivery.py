@@ -1,14 +1,14 @@
 """Sending a run's values to MLflow in batches, with retries: run where the store is.
 
-Values go out with ``log_batch``, at most :data:`BATCH` a call (MLflow's limit). A failed send is
-retried with backoff (:data:`RETRIES`: connection errors, 5xx, a busy server's "QueuePool limit"
+Values go out with ``log_batch``, at most `BATCH` a call (MLflow's limit). A failed send is
+retried with backoff (`RETRIES`: connection errors, 5xx, a busy server's "QueuePool limit"
 400, sqlite's "database is locked" after MLflow's 20-s busy timeout) and never fails a job; what
-still cannot be sent is reported once. A store that has not answered for :data:`DOWN_S` counts as
+still cannot be sent is reported once. A store that has not answered for `DOWN_S` counts as
 down: each later send is tried once, so a tracking server that goes away costs a job's end about a
-minute, not MLflow's minutes of retries per batch (:mod:`sweeps.tracking.store.http_policy`). Nothing is
+minute, not MLflow's minutes of retries per batch (`sweeps.tracking.store.http_policy`). Nothing is
 lost by a refusal: every epoch is in the run's journal, which the follower ships from its cursor
-(:mod:`sweeps.tracking.follower.follower`), and the job-level values a job's end could not send are kept in
-the run's folder for the next start (:func:`sweeps.tracking.replay.replay.keep_unclosed`).
+(`sweeps.tracking.follower.follower`), and the job-level values a job's end could not send are kept in
+the run's folder for the next start (`sweeps.tracking.replay.replay.keep_unclosed`).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ Value = tuple[str, float, int, int]  # a metric value: (key, value, timestamp ms
 
 class Sender:
     """The ``log_batch`` calls to one store, with the retries and the down state above, and the
-    :class:`~sweeps.tracking.follower.cadence.Cadence` of the calls' latency (the follower's beat)."""
+    `Cadence` of the calls' latency (the follower's beat)."""
 
     def __init__(self):
         self._down_since: float | None = None  # monotonic s of the first failed send since the last success
@@ -44,16 +44,16 @@ class Sender:
 
     @property
     def down(self) -> bool:
-        """Whether the store has refused or not answered every send for :data:`DOWN_S` or more."""
+        """Whether the store has refused or not answered every send for `DOWN_S` or more."""
         return self._down_since is not None and time.monotonic() - self._down_since >= DOWN_S
 
     def send(self, client: MlflowClient, run_id: str, values: list[Value],
              tags: dict[str, str] | None = None, say: bool = True) -> Exception | None:
         """Log ``values`` and ``tags`` to run ``run_id`` of ``client`` (an
-        :class:`mlflow.MlflowClient`; :data:`BATCH` values a call, the tags with the first),
-        retried after each of :data:`RETRIES` while the error is transient and the store not
-        :attr:`down`; None once sent, else the last error (said in one warning line where ``say``,
-        unless the run is deleted: :func:`~sweeps.tracking.store.http_policy.gone`)."""
+        `mlflow.MlflowClient`; `BATCH` values a call, the tags with the first),
+        retried after each of `RETRIES` while the error is transient and the store not
+        `down`; None once sent, else the last error (said in one warning line where ``say``,
+        unless the run is deleted: `gone`)."""
         from mlflow.entities import Metric, RunTag
 
         metrics, tag_list = [Metric(*v) for v in values], [RunTag(k, str(v)) for k, v in (tags or {}).items()]
@@ -90,7 +90,7 @@ _senders: weakref.WeakKeyDictionary[Any, Sender] = weakref.WeakKeyDictionary()  
 
 
 def sender(client: MlflowClient) -> Sender:
-    """The :class:`Sender` of ``client`` in this process (one, so its down state is the store's)."""
+    """The `Sender` of ``client`` in this process (one, so its down state is the store's)."""
     held = _senders.get(client)
     if held is None:
         held = _senders[client] = Sender()
@@ -99,7 +99,7 @@ def sender(client: MlflowClient) -> Sender:
 
 def send_values(client: MlflowClient, run_id: str, values: list[Value], tags: dict[str, str]) -> None:
     """``values`` and ``tags`` of run ``run_id`` sent where the store is
-    (:func:`~sweeps.tracking.service.client.in_store`): a job's values at step 0, its tags.
+    (`in_store`): a job's values at step 0, its tags.
 
     Raises:
         Exception: the last error where the store refused them after every retry.

@@ -1,26 +1,26 @@
 """The follower: ships each followed run's journal to MLflow, from the run's cursor.
 
 Job → journal → follower → MLflow. A job appends each epoch's record to its run's journal
-(``epochs.jsonl``, :mod:`sweeps.tracking.journal.journal`) and does nothing else for MLflow on its hot
+(``epochs.jsonl``, `sweeps.tracking.journal.journal`) and does nothing else for MLflow on its hot
 path. The follower reads the lines the journal gained, takes the epochs after the run's cursor
-(:mod:`sweeps.tracking.journal.cursor`) that belong to the run's MLflow series
-(:func:`~sweeps.tracking.follower.series.in_series`), sends their values with each record's own timestamp
-(:class:`~sweeps.tracking.follower.delivery.Sender`: at most :data:`~sweeps.tracking.follower.delivery.BATCH` values a
+(`sweeps.tracking.journal.cursor`) that belong to the run's MLflow series
+(`in_series`), sends their values with each record's own timestamp
+(`Sender`: at most `BATCH` values a
 call, cut at epoch ends, retried) and moves the cursor after each batch the store committed.
 
-Where it runs: at the lowest priority (:func:`~sweeps.tracking.follower.priority.lowest`), so MLflow's
+Where it runs: at the lowest priority (`lowest`), so MLflow's
 ingestion (~85 µs a value on 2 cores) takes only the cores the training leaves idle — the
-store process's child process (:func:`serve`, started by :mod:`sweeps.tracking.follower.shipping`), or a
-thread of the job's process where the job holds an :class:`mlflow.MlflowClient` (a data-parallel
+store process's child process (`serve`, started by `sweeps.tracking.follower.shipping`), or a
+thread of the job's process where the job holds an `mlflow.MlflowClient` (a data-parallel
 rank, tests). Not a thread of the store process: a thread cannot leave ``SCHED_IDLE`` again, and
 one starved holding the GIL or sqlite's write lock would hold up the calls the job waits for
 (docs/benchmarks.md, "A job beside busy programs"). Each beat (2 s, longer while the store is
-slow: :mod:`sweeps.tracking.follower.cadence`) it ships what each run's journal gained.
+slow: `sweeps.tracking.follower.cadence`) it ships what each run's journal gained.
 
 A job's end drains its run: the follower ships through its last epoch at once, or, where it
-stalls, the store's caller takes over (:mod:`sweeps.tracking.follower.shipping`). A shipper that may be
+stalls, the store's caller takes over (`sweeps.tracking.follower.shipping`). A shipper that may be
 behind the store (a replay, a restarted follower, after a failed send) first asks which of its
-values the store holds (:func:`~sweeps.tracking.follower.held.held_steps`): a value sent twice costs MLflow's SQL store a lookup
+values the store holds (`held_steps`): a value sent twice costs MLflow's SQL store a lookup
 per value (~20 s for 1,000 in a run of 200,000).
 """
 from __future__ import annotations
@@ -51,11 +51,11 @@ log = logging.getLogger("sweeps")
 class Followed:
     """One run being shipped: its journal in ``folder`` (None: ``records`` only, no cursor), read
     from where the last read ended, and the series stride (``every``, ``evaluated``) of
-    :func:`~sweeps.tracking.follower.series.in_series`. ``records``: the records to ship instead of the
+    `in_series`. ``records``: the records to ship instead of the
     journal's (a journal that could not be written). ``fresh``: a run just created, of which the
-    store holds no epoch yet, so its first batch is sent without asking (:func:`~sweeps.tracking.follower.held.held_steps`: on a
+    store holds no epoch yet, so its first batch is sent without asking (`held_steps`: on a
     tracking server, each metric's whole history; 15 calls a run, 7,500 when 500 jobs start).
-    :attr:`through`: the job's last epoch, shipped whether on the stride or not; :attr:`at`: the
+    `through`: the job's last epoch, shipped whether on the stride or not; `at`: the
     last epoch shipped (or passed over)."""
 
     def __init__(self, run_id: str, folder: str | None, every: int = 1, evaluated: bool = True,
@@ -102,9 +102,9 @@ class Followed:
 
     def ship(self, client: Any, sender: delivery.Sender, final: bool = False) -> int:
         """Send what the journal gained, in batches cut at epoch ends, moving the cursor after
-        each; the newest record waits, unless ``final``, for a later one or :attr:`through` (it
+        each; the newest record waits, unless ``final``, for a later one or `through` (it
         may be the job's last, which ends the series wherever the stride is). ``final``: the last
-        record is the job's last (:attr:`through` where unset). Returns how many values are left
+        record is the job's last (`through` where unset). Returns how many values are left
         unsent (the store refused them after every retry): 0 once caught up."""
         self._read()
         pending = self._pending
@@ -153,12 +153,12 @@ class Followed:
 
 
 class Follower:
-    """Ships the runs it follows, one beat at a time (:meth:`beat`), as the main loop of the
-    follower process (:func:`serve`) or a thread of this process (:meth:`tell`, which starts the
+    """Ships the runs it follows, one beat at a time (`beat`), as the main loop of the
+    follower process (`serve`) or a thread of this process (`tell`, which starts the
     thread; it ends when no run is left). Commands: ``("follow", run id, folder, every,
-    evaluated, fresh)`` (:class:`Followed`), ``("drain", run id, last epoch)`` (the follower process ships it at once; a
-    thread's run is taken over by :meth:`take`), ``("forget", run id)``. A run the store refuses
-    as deleted (:func:`~sweeps.tracking.store.http_policy.gone`) is followed no more: its epochs stay
+    evaluated, fresh)`` (`Followed`), ``("drain", run id, last epoch)`` (the follower process ships it at once; a
+    thread's run is taken over by `take`), ``("forget", run id)``. A run the store refuses
+    as deleted (`gone`) is followed no more: its epochs stay
     in its journal."""
 
     def __init__(self, client: Any):
@@ -221,8 +221,8 @@ class Follower:
 
 def serve() -> None:
     """``python -m sweeps.tracking.follower.follower REQUESTS READY PARENT``: the follower process. REQUESTS
-    is a pipe carrying pickles (:class:`~multiprocessing.connection.Connection`): ``("open",
-    tracking URI, experiment)``, then :class:`Follower` commands, read only once the store is
+    is a pipe carrying pickles (`Connection`): ``("open",
+    tracking URI, experiment)``, then `Follower` commands, read only once the store is
     open; READY a pipe it writes one message to then (until then a drain does not wait for it: a
     short job's end ships its few values itself). It ships at the lowest priority, and exits when
     the pipe closes or its parent (the store process) is gone."""

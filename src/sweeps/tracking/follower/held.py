@@ -1,5 +1,5 @@
 """Which of a run's epochs the store holds: asked by a shipper that may be behind the store
-(:mod:`sweeps.tracking.follower.follower`: a replay, a restarted follower, after a failed send), so that it
+(`sweeps.tracking.follower.follower`: a replay, a restarted follower, after a failed send), so that it
 sends only what the run lacks — a value sent twice costs MLflow's SQL store a lookup per value.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ STEPS_PER_QUERY = 500  # steps asked of an SQL store at once (sqlite allows 32,7
 def held_steps(client: Any, run_id: str, wanted: dict[str, list[int]]) -> dict[str, list[int]]:
     """For each metric key of ``wanted``, the steps among its list at which run ``run_id`` holds
     a value, asked for those steps alone (reading a 10,000-epoch metric's whole history takes
-    ~1 s): an SQL store by step (:data:`STEPS_PER_QUERY` at a time), a tracking server by range
-    (:func:`_held_on_server`); many steps, another store, or a server without that route: the
+    ~1 s): an SQL store by step (`STEPS_PER_QUERY` at a time), a tracking server by range
+    (`_held_on_server`); many steps, another store, or a server without that route: the
     whole history. Raises what MLflow raises."""
     from mlflow.store.tracking.rest_store import RestStore
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
@@ -45,8 +45,8 @@ ROUTE = "/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval"
 def _held_on_server(store: Any, run_id: str, key: str, first: int, last: int) -> list[int] | None:
     """The steps from ``first`` to ``last`` at which run ``run_id`` of the tracking server behind
     ``store`` (a RestStore) holds ``key``, from the route MLflow's UI draws charts with
-    (:data:`ROUTE`); None where the route is missing or refuses the question (an older server, a
-    ``--static-prefix``) or the range holds :data:`SERVER_ROWS` rows or more (it would answer a sample).
+    (`ROUTE`); None where the route is missing or refuses the question (an older server, a
+    ``--static-prefix``) or the range holds `SERVER_ROWS` rows or more (it would answer a sample).
 
     Raises:
         Exception: the server did not answer, or answered busy (5xx, 429): the whole history

@@ -1,9 +1,9 @@
 """The lowest CPU priority for sweeps' own background work (the follower, which ships the runs'
-journals to MLflow: :mod:`sweeps.tracking.follower.follower`), so it takes cores the training leaves idle.
+journals to MLflow: `sweeps.tracking.follower.follower`), so it takes cores the training leaves idle.
 
-:func:`lowest` sets nice 19 (any POSIX OS), puts the process's own session autogroup at nice 19
+`lowest` sets nice 19 (any POSIX OS), puts the process's own session autogroup at nice 19
 where it leads that session (Linux, ``/proc/self/autogroup``; man 7 sched) and, on Linux, moves it
-under ``SCHED_IDLE``, so any normal task that wakes preempts it at once. :func:`own_group` gives the Popen
+under ``SCHED_IDLE``, so any normal task that wakes preempts it at once. `own_group` gives the Popen
 arguments for a helper in the job's session, in a process group of its own (out of the terminal's
 Ctrl-C; Python 3.10: a session of its own), so the autogroup counts it with the job. Where a setting is missing or not permitted (other OSes,
 other kernels) it is left as it was; nothing raises. An unprivileged process cannot raise itself
@@ -43,7 +43,7 @@ def lowest(thread: int = 0) -> None:
 
 
 def own_group() -> dict[str, Any]:
-    """:class:`subprocess.Popen` keyword arguments for a helper process: a process group of its
+    """`subprocess.Popen` keyword arguments for a helper process: a process group of its
     own (a Ctrl-C in the terminal reaches the job, not the helper, which ends with the job) in the
     job's session, so Linux's autogroup counts the helper with the job: when the job waits for
     it, the job's share of the CPU goes to the helper, not a share of its own at nice 19 beside

@@ -25,9 +25,9 @@ def in_series(rec: dict, every: int, evaluated: bool = True) -> bool:
     each epoch when ``every`` ≤ 1, else the first, every ``every``-th and, where ``evaluated``,
     each one that evaluated (its ``test/…`` values are the curve a reader compares: what
     ``mlflow.log_every_epochs`` alone keeps). ``evaluated`` is False where ``mlflow.series_points``
-    set the stride (:func:`of_config`): an evaluated epoch off the stride then stays out too, so
+    set the stride (`of_config`): an evaluated epoch off the stride then stays out too, so
     a job that evaluates every epoch still logs ~``series_points`` points. The job's last epoch is
-    added by whoever ends the run (the drain of :mod:`sweeps.tracking.follower.follower`, a replay). A pure
+    added by whoever ends the run (the drain of `sweeps.tracking.follower.follower`, a replay). A pure
     function of its arguments: the follower and a replay agree on it, so every point is logged once."""
     epoch = rec.get("epoch", 0)
     return (every <= 1 or epoch == 1 or epoch % every == 0
@@ -35,7 +35,7 @@ def in_series(rec: dict, every: int, evaluated: bool = True) -> bool:
 
 
 def stride(log_every_epochs: int, series_points: int | None, epochs: int, eval_every: int = 1) -> int:
-    """The series' stride in epochs (the ``every`` of :func:`in_series`): ``log_every_epochs``, or
+    """The series' stride in epochs (the ``every`` of `in_series`): ``log_every_epochs``, or
     where ``series_points`` is set and ``epochs`` ÷ it is larger, the smallest of 1, 2, 5, 10, 20,
     50, … that is at least ``epochs / series_points`` — so a series holds at most ~``series_points``
     points on the stride (plus the first and the last), on round epochs. Where that stride and
@@ -74,12 +74,12 @@ def _round_up(x: float) -> int:
 
 
 def stride_of_config(cfg: Any) -> int:
-    """:func:`stride` of a job's composed config (its ``mlflow`` node, ``epochs`` and ``eval.every_epochs``)."""
+    """`stride` of a job's composed config (its ``mlflow`` node, ``epochs`` and ``eval.every_epochs``)."""
     return stride(cfg.mlflow.log_every_epochs, cfg.mlflow.series_points, cfg.epochs, cfg.eval.every_epochs)
 
 
 def of_config(cfg: Any) -> tuple[int, bool]:
-    """The ``every`` and ``evaluated`` arguments of :func:`in_series` for a job's composed config:
+    """The ``every`` and ``evaluated`` arguments of `in_series` for a job's composed config:
     its stride, and whether each evaluated epoch joins the series (only where the cap left
     ``mlflow.log_every_epochs`` as the stride)."""
     every = stride_of_config(cfg)
@@ -87,7 +87,7 @@ def of_config(cfg: Any) -> tuple[int, bool]:
 
 
 def stride_of_run(params: Mapping[str, str]) -> int:
-    """:func:`stride` from a run's params (``mlflow.log_every_epochs``, ``mlflow.series_points``,
+    """`stride` from a run's params (``mlflow.log_every_epochs``, ``mlflow.series_points``,
     ``epochs``, ``eval.every_epochs``, as the job logged its config): what a replay after the
     job's death uses, so it sends the points the job would have. A param missing or unreadable
     counts as every epoch and no cap (``None``, as a job logs ``series_points: null``, is no cap)."""
@@ -95,7 +95,7 @@ def stride_of_run(params: Mapping[str, str]) -> int:
 
 
 def of_run(params: Mapping[str, str]) -> tuple[int, bool]:
-    """:func:`of_config` from a run's params (see :func:`stride_of_run`)."""
+    """`of_config` from a run's params (see `stride_of_run`)."""
     def number(key: str) -> int | None:
         value = params.get(key, "")
         return int(value) if value.isdigit() and int(value) >= 1 else None

@@ -1,16 +1,16 @@
 """Where a store's runs are shipped from, in the process that holds the store's client: the
-follower process it starts (the store process: :func:`start`) or a follower thread (a job holding
-an :class:`mlflow.MlflowClient` of its own), the runs it follows (:func:`follow`), their drains at
-the jobs' ends (:func:`drain`, :func:`drained`) and the replays of dead jobs' journals
-(:func:`replay`). Each is run where the store is (:func:`~sweeps.tracking.service.client.in_store`,
-:meth:`~sweeps.tracking.writer.run_writer.RunWriter.post`).
+follower process it starts (the store process: `start`) or a follower thread (a job holding
+an `mlflow.MlflowClient` of its own), the runs it follows (`follow`), their drains at
+the jobs' ends (`drain`, `drained`) and the replays of dead jobs' journals
+(`replay`). Each is run where the store is (`in_store`,
+`post`).
 
 A drain waits for the follower's cursor to reach the job's last epoch. Where it does not move for
-:data:`STALL_S` (a machine whose cores other programs keep busy starves the lowest priority; a
+`STALL_S` (a machine whose cores other programs keep busy starves the lowest priority; a
 store that refuses) the caller, at normal priority, takes over: the follower process is killed
 (the store rolls its transaction back, releasing sqlite's write lock; the next run's follow
 starts another) and the rest is shipped here, from the cursor, asking the store first which
-values it holds (:class:`~sweeps.tracking.follower.follower.Followed`). A follower still opening its store
+values it holds (`Followed`). A follower still opening its store
 (a short job) is not waited for: the job's end ships its few values itself. A run deleted while
 its job ran (an sqlite store) is waited for a second (its follower dropped it), then its drain is
 refused at once.
@@ -37,8 +37,8 @@ STALL_S = 5.0  # s a drain waits for the follower's cursor to move before it shi
 
 class Shipping:
     """Where a store's runs are shipped from, in the process holding the store's client: the
-    follower process (``process``: :func:`start`, the store process) or a :class:`Follower`
-    thread; the runs it follows (:func:`follow`) and their drains (:func:`drain`)."""
+    follower process (``process``: `start`, the store process) or a `Follower`
+    thread; the runs it follows (`follow`) and their drains (`drain`)."""
 
     def __init__(self, client: Any, process: tuple[str, str] | None = None):
         self.client, self._open = client, process
@@ -143,7 +143,7 @@ class Shipping:
 
     def _wait(self, cursor: Cursor, through: int, run_id: str) -> str:
         """Wait until ``cursor`` reaches ``through``: ``"done"``; ``"stalled"`` once it has not
-        moved for :data:`STALL_S` or the follower process is gone; ``"deleted"`` where, the cursor
+        moved for `STALL_S` or the follower process is gone; ``"deleted"`` where, the cursor
         still for a second, an sqlite store says run ``run_id`` is deleted (its follower dropped
         it; a tracking server is not asked: one gone away would hold the drain for its retries)."""
         last, since, asked = None, time.monotonic(), False
@@ -166,7 +166,7 @@ _shippings: weakref.WeakKeyDictionary[Any, Shipping] = weakref.WeakKeyDictionary
 
 
 def shipping(client: Any) -> Shipping:
-    """The :class:`Shipping` of ``client`` in this process: a follower thread unless :func:`start`
+    """The `Shipping` of ``client`` in this process: a follower thread unless `start`
     gave it a process."""
     held = _shippings.get(client)
     if held is None:
@@ -191,8 +191,8 @@ def stop_all() -> None:
 
 def follow(client: Any, run_id: str, folder: str, every: int, evaluated: bool, fresh: bool = False) -> None:
     """Ship run ``run_id``'s journal in ``folder`` from its cursor, beat after beat, where the
-    store is (:meth:`~sweeps.tracking.writer.run_writer.RunWriter.follow`); ``fresh``: a run just created
-    (:class:`~sweeps.tracking.follower.follower.Followed`)."""
+    store is (`follow`); ``fresh``: a run just created
+    (`Followed`)."""
     held = shipping(client)
     held.followed[run_id] = (folder, every, evaluated)
     held.tell(("follow", run_id, folder, every, evaluated, fresh))
@@ -209,7 +209,7 @@ def drain(client: Any, run_id: str, folder: str | None, through: int, every: int
 
 
 def drained(client: Any, run_id: str) -> tuple[int, int]:
-    """What the last :func:`drain` of run ``run_id`` here returned (it is answered first)."""
+    """What the last `drain` of run ``run_id`` here returned (it is answered first)."""
     return shipping(client).results.pop(run_id, (0, 0))
 
 

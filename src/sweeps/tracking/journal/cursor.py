@@ -1,12 +1,12 @@
-"""How far a run's journal has reached MLflow (the cursor file :data:`CURSOR` in the run's folder),
-and which process is moving it there (the run's ship lock, :data:`SHIP_LOCK` beside it).
+"""How far a run's journal has reached MLflow (the cursor file `CURSOR` in the run's folder),
+and which process is moving it there (the run's ship lock, `SHIP_LOCK` beside it).
 
-The follower (:mod:`sweeps.tracking.follower.follower`) ships the journal's epochs in batches cut at epoch
+The follower (`sweeps.tracking.follower.follower`) ships the journal's epochs in batches cut at epoch
 ends; once MLflow has taken a batch (``log_batch`` returned, so the store committed it), it records
 the batch's last epoch: the file then reads ``{"epoch": E}``, every journaled value through E is in
 the run (the epochs off the run's series stride are passed over, not sent).
 
-A replay looks only at the journal's epochs after E (:meth:`~sweeps.tracking.writer.run_writer.RunWriter.replay`:
+A replay looks only at the journal's epochs after E (`replay`:
 a resumed job, or a later start closing a run whose process died), asks the store which of their
 values it holds already (the cursor lags a batch where the follower was killed between the commit
 and the write) and sends the rest. It does not
@@ -17,10 +17,10 @@ written whole (a temporary file, then a rename), so a kill mid-write leaves the 
 
 The ship lock makes "what the run lacks" a fixed answer while a replay asks it. The process that
 ingests a run's values for its job — the job's store process, or the job's own process where it
-holds an in-process client — holds an ``flock`` on :data:`SHIP_LOCK` from the run's start to its
-end (:func:`hold`, :func:`release`). A job killed with ``kill -9`` leaves its store process behind,
+holds an in-process client — holds an ``flock`` on `SHIP_LOCK` from the run's start to its
+end (`hold`, `release`). A job killed with ``kill -9`` leaves its store process behind,
 answering what the job had sent it (its posted tags, the follower's batch under way) before it exits. A
-rerun's :func:`~sweeps.tracking.replay.replay.mark_stale` waits for that lock (:func:`wait_for_shipper`)
+rerun's `mark_stale` waits for that lock (`wait_for_shipper`)
 before it replays the journal and closes the run: nothing of the dead job then lands after the
 replay, such as its ``sweeps.outcome=running`` over the ``killed`` the rerun wrote. The kernel
 releases the lock with the process that held it, however that process ends.
@@ -87,10 +87,10 @@ _held: dict[str, int] = {}  # run folder → the open file holding its ship lock
 
 def hold(client: Any, folder: str) -> None:
     """Take the ship lock of the run whose folder is ``folder`` (created where missing) and keep it
-    until :func:`release` or this process's end; run where the run's values are ingested
-    (:meth:`~sweeps.tracking.writer.run_writer.RunWriter.post`: the store process, else the job's own). Never
+    until `release` or this process's end; run where the run's values are ingested
+    (`post`: the store process, else the job's own). Never
     waits: where another process holds it still (a dead job's store process that
-    :func:`wait_for_shipper` gave up on), the run goes on without it. Never raises."""
+    `wait_for_shipper` gave up on), the run goes on without it. Never raises."""
     if folder in _held:
         return
     path = Path(folder) / SHIP_LOCK
@@ -111,7 +111,7 @@ def hold(client: Any, folder: str) -> None:
 
 
 def release(client: Any, folder: str) -> None:
-    """Give the ship lock of ``folder`` back (:func:`hold`): the run's values are all in. Idempotent."""
+    """Give the ship lock of ``folder`` back (`hold`): the run's values are all in. Idempotent."""
     fd = _held.pop(folder, None)
     if fd is not None:
         os.close(fd)
@@ -119,7 +119,7 @@ def release(client: Any, folder: str) -> None:
 
 def wait_for_shipper(folder: str | Path, run_id: str, timeout_s: float | None = None) -> bool:
     """Wait until no process holds the ship lock of the run whose folder is ``folder`` (id
-    ``run_id``), up to ``timeout_s`` (s; default :data:`SHIP_WAIT_S`), saying once which process it waits for: True once none
+    ``run_id``), up to ``timeout_s`` (s; default `SHIP_WAIT_S`), saying once which process it waits for: True once none
     does (or the run has no lock file), False where one still did after ``timeout_s``; a replay
     then goes on anyway, and a value that process sends later carries its epoch's timestamp, so
     MLflow's SQL store keeps one row of it. A hold of this process's own is given back first: the

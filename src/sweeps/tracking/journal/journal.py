@@ -3,8 +3,8 @@
 Each record costs O(1) whatever the job's length: one JSON line appended to the journal (flushed
 to the OS, so it survives a killed process), and at most one console row per ``log_every_s``
 seconds (the first and last epoch are always shown). That append is all a job does for MLflow on
-its hot path: the follower ships the journal to the run (:mod:`sweeps.tracking.follower.follower`), its
-epochs of the run's MLflow series (:func:`~sweeps.tracking.follower.series.in_series`). Nothing here
+its hot path: the follower ships the journal to the run (`sweeps.tracking.follower.follower`), its
+epochs of the run's MLflow series (`in_series`). Nothing here
 touches the device or blocks on the store.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ class EpochLog:
     """Collects the records of one job.
 
     Args:
-        writer: the run's :class:`~sweeps.tracking.writer.run_writer.RunWriter` (its pending job-level values
+        writer: the run's `RunWriter` (its pending job-level values
             are sent at the first epoch), or None (a data-parallel rank other than 0).
         journal: the JSON-lines file to append to (created with its folder), or None.
         regression: console columns for regression (RMSE) instead of accuracy.
@@ -40,7 +40,7 @@ class EpochLog:
 
     A journal that cannot be written (immutable, read-only, a full disk) is switched off with
     one warning and the ``sweeps.checkpoints`` tag, as when an append fails mid-job: the job goes
-    on, its epochs still reach MLflow (from :attr:`records`, at its end: :meth:`unjournaled`) and
+    on, its epochs still reach MLflow (from `records`, at its end: `unjournaled`) and
     ``epochs.csv``.
     """
 
@@ -69,7 +69,7 @@ class EpochLog:
 
     def append(self, rec: dict) -> None:
         """Record one epoch (see the module docstring), stamped with its wall clock
-        (:data:`~sweeps.names.TIMESTAMP_MS`) unless it has one: every send of its values carries
+        (`TIMESTAMP_MS`) unless it has one: every send of its values carries
         that timestamp, so a value sent twice (a replay beside a dead job's store process) is one
         row, not two."""
         rec.setdefault(names.TIMESTAMP_MS, int(time.time() * 1000))
@@ -87,8 +87,8 @@ class EpochLog:
         self._console(rec)
 
     def unjournaled(self) -> bool:
-        """Whether :attr:`records` holds an epoch the journal does not (it could not be written, or a
-        signal came between the two): the job's end then ships from :attr:`records`."""
+        """Whether `records` holds an epoch the journal does not (it could not be written, or a
+        signal came between the two): the job's end then ships from `records`."""
         return bool(self.records) and self.records[-1]["epoch"] != self.journaled
 
     def _journal_failed(self, e: OSError) -> None:

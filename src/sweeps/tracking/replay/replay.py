@@ -1,10 +1,10 @@
 """Replay: a later start closes the runs nobody closed, with what their jobs left in the run's
 folder — the journal's epochs and the records (params, tags, texts) MLflow lacks, and how a job
-ended where the store did not let it close its run (:func:`keep_unclosed`).
+ended where the store did not let it close its run (`keep_unclosed`).
 
 A run is stale when it is RUNNING and the process its tags name (``sweeps.pid`` on
 ``sweeps.host``) is gone: SIGKILL, power loss, a store that went away at the job's end.
-:func:`mark_stale` runs at every start, before any job looks for a run to resume.
+`mark_stale` runs at every start, before any job looks for a run to resume.
 """
 from __future__ import annotations
 
@@ -46,16 +46,16 @@ def mark_stale(client: MlflowClient, experiment_id: str, checkpoint_dir: str | P
     """Close runs left RUNNING by a process of this host that no longer exists (SIGKILL, power
     loss): status KILLED, ``outcome=killed`` — or, where the job ended but the store did not let
     it close the run (a tracking server gone away) or the process died between its outcome and the
-    run's status, as the job ended (:func:`keep_unclosed`, :func:`_ended_done`): a rerun then skips
+    run's status, as the job ended (`keep_unclosed`, `_ended_done`): a rerun then skips
     it. Runs of other hosts are left alone. Returns the count.
 
     Write-ahead all the way: before a stale run is closed, what its journal
     (``<checkpoint_dir>/<config hash>/<run id>/epochs.jsonl``) holds that never reached MLflow
     — the epochs the dead process had printed but not yet sent — is replayed into it, each
-    (metric, epoch) once (:meth:`RunWriter.replay`: from the run's cursor, what the run lacks), and so are
+    (metric, epoch) once (`RunWriter.replay`: from the run's cursor, what the run lacks), and so are
     the params, tags and texts it had journaled but the store never took
-    (:mod:`sweeps.tracking.writer.records`: ``run.jsonl`` beside the journal). It first waits for the run's
-    ship lock (:func:`~sweeps.tracking.journal.cursor.wait_for_shipper`): a dead job's store process that
+    (`sweeps.tracking.writer.records`: ``run.jsonl`` beside the journal). It first waits for the run's
+    ship lock (`wait_for_shipper`): a dead job's store process that
     still ingests what the job had sent it finishes before the replay reads what the run lacks."""
     host = socket.gethostname()
     stale = ended = 0
@@ -94,9 +94,9 @@ UNSENT = "unsent"  # in a run's folder: the artifacts its job's end could not lo
 def keep_unclosed(folder: str | Path, outcome: str, error: str, status: str, metrics: dict[str, float],
                   artifacts: dict[str, str | bytes], tags: dict[str, str] | None = None) -> Path | None:
     """Keep in the run's ``folder`` (beside its journal) what its job's end could not give a store
-    that went away: :data:`ENDED` (``outcome``, one-line ``error``, run ``status``, the job-level
+    that went away: `ENDED` (``outcome``, one-line ``error``, run ``status``, the job-level
     ``metrics`` logged at step 0, the ``tags`` never sent) and ``artifacts`` (name → text or bytes)
-    under :data:`UNSENT`. :func:`mark_stale` closes the run with them on a later start. Returns
+    under `UNSENT`. `mark_stale` closes the run with them on a later start. Returns
     ``folder``, or None where nothing could be written (never raises)."""
     folder = Path(folder)
     try:
@@ -114,7 +114,7 @@ def keep_unclosed(folder: str | Path, outcome: str, error: str, status: str, met
 def _ended_done(client: MlflowClient, run_id: str, folder: Path | None) -> bool:
     """Close run ``run_id`` as FINISHED (``ok``) or FAILED (``oom``) where its job's end had already
     logged that outcome: the tag is the end's last call before the status, after every value and
-    artifact (:func:`sweeps.job.finish.finish`), so only a kill between the two leaves it on
+    artifact (`sweeps.job.finish.finish`), so only a kill between the two leaves it on
     a RUNNING run. Closed as killed, the run would be resumed and its last epochs trained again.
     Its folder is removed, as the job's end would have. False for any other outcome tag."""
     outcome = client.get_run(run_id).data.tags.get(names.OUTCOME_TAG)  # after the replay of its journaled tags
@@ -128,9 +128,9 @@ def _ended_done(client: MlflowClient, run_id: str, folder: Path | None) -> bool:
 
 
 def _close_ended(client: MlflowClient, run_id: str, folder: Path) -> bool:
-    """Close run ``run_id`` as its job ended (:func:`keep_unclosed`'s :data:`ENDED` in ``folder``):
+    """Close run ``run_id`` as its job ended (`keep_unclosed`'s `ENDED` in ``folder``):
     its metrics, artifacts, outcome and status; a done run's folder is then removed. False where
-    ``folder`` has no readable :data:`ENDED` (a job that died: closed as killed instead)."""
+    ``folder`` has no readable `ENDED` (a job that died: closed as killed instead)."""
     try:
         ended = json.loads((folder / ENDED).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -158,7 +158,7 @@ def _close_ended(client: MlflowClient, run_id: str, folder: Path) -> bool:
 
 def _replay_records(client: MlflowClient, run, folder: Path) -> None:
     """Send the params, tags and texts ``run``'s dead process journaled and the store lacks
-    (:func:`sweeps.tracking.writer.records.replay`; never raises: the run is closed anyway)."""
+    (`sweeps.tracking.writer.records.replay`; never raises: the run is closed anyway)."""
     try:
         sent = records.replay(client, run, folder)
     except Exception as e:  # noqa: BLE001 — a store that refuses them still gets the run closed
@@ -171,7 +171,7 @@ def _replay_records(client: MlflowClient, run, folder: Path) -> None:
 
 def _replay_journal(client: MlflowClient, run, journal: Path) -> None:
     """Send what ``journal`` holds and ``run`` lacks, on the run's own series stride (from its
-    params: :func:`~sweeps.tracking.follower.series.of_run`; never raises: the run is closed anyway)."""
+    params: `of_run`; never raises: the run is closed anyway)."""
     run_id = run.info.run_id
     records = read_journal(journal)
     if not records:

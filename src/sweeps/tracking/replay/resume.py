@@ -2,9 +2,9 @@
 
 Re-running a sweep skips jobs whose hash already has a finished run (outcome ``ok`` or ``oom``) in
 the experiment; a job whose last run was killed goes on from its checkpoint in that same run (whose
-dead job's journal :mod:`sweeps.tracking.replay.replay` has replayed first). A config that another live
-process is running is not run again: :func:`claim` (one process per config and machine, a lock
-file) and :func:`running_run` (a RUNNING run of it in the store, from another host) say so.
+dead job's journal `sweeps.tracking.replay.replay` has replayed first). A config that another live
+process is running is not run again: `claim` (one process per config and machine, a lock
+file) and `running_run` (a RUNNING run of it in the store, from another host) say so.
 """
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ ADDED_LATER = {"device.threads": None, "device.malloc_trim_mb": 1024, "optimizer
 
 
 def config_hash(cfg: DictConfig, ignore: tuple[str, ...] = (), identity: dict[str, str] | None = None) -> str:
-    """16 hex digits of SHA-256 over the resolved config minus :data:`IGNORED` and ``ignore``
-    keys (and :data:`ADDED_LATER` keys at their default), plus ``identity`` (the data's
+    """16 hex digits of SHA-256 over the resolved config minus `IGNORED` and ``ignore``
+    keys (and `ADDED_LATER` keys at their default), plus ``identity`` (the data's
     fingerprint and the hardware measured), as sorted JSON."""
     data: Any = OmegaConf.to_container(cfg, resolve=True)
     data["_identity"] = identity or {}
@@ -72,7 +72,7 @@ def previous_run(client: MlflowClient, experiment_id: str, config_hash_: str):
 def run_before_code_change(client: MlflowClient, experiment_id: str, without_code: str, config_hash_: str):
     """The newest earlier run, done (ok/oom) or resumable (killed), of the same job with other user
     code — same ``sweeps.config_hash_without_code``, another ``sweeps.config_hash`` — or None: the
-    run :func:`previous_run` would have found had the code not changed."""
+    run `previous_run` would have found had the code not changed."""
     runs = client.search_runs([experiment_id], f"tags.`{names.CODELESS_HASH_TAG}` = '{without_code}'",
                               order_by=["attributes.start_time DESC"], max_results=50)
     for run in runs:
@@ -108,7 +108,7 @@ def clear_finished(checkpoint_dir: str | Path, config_hash: str, client: MlflowC
 
 
 class ClaimHeld(Exception):
-    """Another live process holds the claim on a config (:func:`claim`); ``holder``: what it wrote
+    """Another live process holds the claim on a config (`claim`); ``holder``: what it wrote
     in the claim file — ``pid`` (int), ``host``, ``since`` (s since the epoch) — or {} where it
     had written nothing yet."""
 
@@ -119,7 +119,7 @@ class ClaimHeld(Exception):
 
 class Claim:
     """A held claim on one config: ``<checkpoint.dir>/<config hash>/claim.lock``, ``flock``-ed
-    (exclusive) by this process until :meth:`release` (or the process's end, kill -9 included:
+    (exclusive) by this process until `release` (or the process's end, kill -9 included:
     the kernel drops the lock with the process). ``held`` is False where the file could not be
     made or locked (a read-only or full disk, a file system without locks): the job then runs
     unclaimed, as before claims existed. A context manager: released on every way out."""
@@ -133,7 +133,7 @@ class Claim:
 
     def release(self) -> None:
         """Remove the claim file and drop the lock (in that order: a process that opened the file
-        meanwhile finds it replaced, :func:`claim`); then the config's folder and
+        meanwhile finds it replaced, `claim`); then the config's folder and
         ``checkpoint.dir`` where that left them empty. Never raises; a second call does nothing."""
         if self.fd is None:
             return
@@ -222,9 +222,9 @@ def _holder(path: Path, wait_s: float = 1.0) -> dict:
 
 def running_run(client: MlflowClient, experiment_id: str, config_hash_: str, holder: dict | None = None):
     """The RUNNING run of config ``config_hash_`` owned by another process, or None: with
-    ``holder`` (a :class:`ClaimHeld`'s), the run of that pid on that host; without, the newest one
-    whose ``sweeps.host`` is another host (this host's own are covered by :func:`claim`, and its
-    dead ones closed by :func:`sweeps.tracking.replay.replay.mark_stale`)."""
+    ``holder`` (a `ClaimHeld`'s), the run of that pid on that host; without, the newest one
+    whose ``sweeps.host`` is another host (this host's own are covered by `claim`, and its
+    dead ones closed by `sweeps.tracking.replay.replay.mark_stale`)."""
     runs = client.search_runs([experiment_id], f"tags.`{HASH_TAG}` = '{config_hash_}' and attributes.status = 'RUNNING'",
                               order_by=["attributes.start_time DESC"], max_results=50)
     host = socket.gethostname()

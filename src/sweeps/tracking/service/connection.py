@@ -3,18 +3,18 @@
 Why: a one-job command would spend ~2 s importing mlflow (~1.2 s) and opening its SQL store
 (~0.9 s) before it could create its run, on the same core as torch's import (docs/benchmarks.md,
 "Start-up and fixed cost"). A command that runs jobs starts the store's process
-(:mod:`sweeps.tracking.service.server`) before Hydra composes its config and names the store once
-the config is valid (:mod:`sweeps.tracking.service.registry`); it imports mlflow and opens the
+(`sweeps.tracking.service.server`) before Hydra composes its config and names the store once
+the config is valid (`sweeps.tracking.service.registry`); it imports mlflow and opens the
 store on the second core while the job imports torch and builds its data, and the job's process
 never imports mlflow: every store call — run creation, params, tags, the writer's metric
-batches, artifacts, resume, the summary — is a :class:`~sweeps.tracking.service.client.RemoteClient`
-method call (:meth:`StoreService.call`; :meth:`StoreService.post` where the job need not wait
-yet) pickled to it over a pipe and answered there by an :class:`mlflow.MlflowClient` (Weights &
+batches, artifacts, resume, the summary — is a `RemoteClient`
+method call (`StoreService.call`; `StoreService.post` where the job need not wait
+yet) pickled to it over a pipe and answered there by an `mlflow.MlflowClient` (Weights &
 Biases' service process is the model).
 MLflow's ingestion (~85 µs a value) then runs off the training process's GIL: the store
 process answers the job's calls at normal priority, so a busy machine does not make the job's end
 wait for everyone (docs/benchmarks.md, "A job beside busy programs"), and its follower process
-ships the runs' journals at the lowest (:mod:`sweeps.tracking.follower.follower`). The process stays in the
+ships the runs' journals at the lowest (`sweeps.tracking.follower.follower`). The process stays in the
 job's session (Linux's autogroup: it shares the job's group) in a process group of its own (a
 Ctrl-C in the terminal does not reach it).
 
@@ -23,9 +23,9 @@ answering and every later one run in this process on a client of its own (import
 then), the same calls on the same arguments — a call the process had done before it died is
 then done twice, harmless for all but ``create_run`` (a metric value carries its timestamp, which
 MLflow's SQL store keys it by; params and tags are set to the same value), and the runs it
-followed are followed by a thread of this process (:mod:`sweeps.tracking.follower.follower`). A signal's exception (Ctrl-C) while
+followed are followed by a thread of this process (`sweeps.tracking.follower.follower`). A signal's exception (Ctrl-C) while
 the job waits for an answer gives the pipe up the same way, so no later call reads that answer
-as its own. Errors raised there come back as :class:`~sweeps.tracking.service.client.StoreError` subclasses named like the
+as its own. Errors raised there come back as `StoreError` subclasses named like the
 original (``MlflowException``, ...) with its text.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ MAX_POSTED = 64
 
 class StoreService:
     """One store process (see the module docstring): started at once, importing mlflow; told which
-    store to open by :meth:`open`."""
+    store to open by `open`."""
 
     def __init__(self):
         self.uri = self.experiment = ""
@@ -75,7 +75,7 @@ class StoreService:
         self._out, self._in = Connection(self._requests, readable=False), Connection(self._answers, writable=False)
 
     def open(self, uri: str, experiment: str) -> None:
-        """Have the process open the store at ``uri``, experiment ``experiment`` (see :meth:`opened`)."""
+        """Have the process open the store at ``uri``, experiment ``experiment`` (see `opened`)."""
         self.uri, self.experiment = uri, experiment
         with self._lock:
             try:
@@ -101,7 +101,7 @@ class StoreService:
         return RemoteClient(self), self._ready[1]
 
     def call(self, kind: str, name: str, args: tuple, kwargs: dict) -> Any:
-        """:func:`execute` in the store process (or here, once it died); its result or its error.
+        """`execute` in the store process (or here, once it died); its result or its error.
 
         Raises:
             pickle.PicklingError, TypeError, AttributeError: an argument that does not pickle
@@ -123,13 +123,13 @@ class StoreService:
 
     def post(self, what: str, kind: str, name: str, args: tuple, kwargs: dict,
              on_error: Callable[[], None] | None = None) -> None:
-        """:meth:`call` without waiting for it: the answer is read before the next call's (or at
-        :meth:`settle`, or :func:`~sweeps.tracking.service.registry.stop`); a failure is then a
+        """`call` without waiting for it: the answer is read before the next call's (or at
+        `settle`, or `stop`); a failure is then a
         warning naming ``what``, and ``on_error()`` is called. For work the job need not wait for
-        yet: its run's drain at its end (:meth:`~sweeps.tracking.writer.run_writer.RunWriter.drain`, while it
+        yet: its run's drain at its end (`drain`, while it
         builds ``epochs.csv``), a run's params, tags and texts (~10 ms each,
-        :meth:`~sweeps.tracking.writer.run_writer.RunWriter.set_tags`). Up to
-        :data:`MAX_POSTED` posts wait for their answers at once (a large request holds the caller
+        `set_tags`). Up to
+        `MAX_POSTED` posts wait for their answers at once (a large request holds the caller
         until the store process reads it). The store process answers every request it was sent
         before it exits, even where this process died meanwhile; where it is gone, the call runs
         here now. Never raises for the call's own failure.
@@ -184,7 +184,7 @@ class StoreService:
         return execute(self._local, kind, name, args, kwargs)
 
     def settle(self) -> None:
-        """Wait for the posted calls' answers (:meth:`post`)."""
+        """Wait for the posted calls' answers (`post`)."""
         self._lock.acquire()
         try:
             self._collect()

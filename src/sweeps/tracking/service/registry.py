@@ -1,14 +1,14 @@
-"""This process's store processes (:mod:`sweeps.tracking.service.connection`): which command lines
-start one (:func:`prestart`, before Hydra composes the config), which store it opens
-(:func:`start`, once the config is valid), the client a job gets from it (:func:`opened`; 
-:func:`prepare`: that client, else one of this process), and
-their end (:func:`discard_spare`, :func:`stop`).
+"""This process's store processes (`sweeps.tracking.service.connection`): which command lines
+start one (`prestart`, before Hydra composes the config), which store it opens
+(`start`, once the config is valid), the client a job gets from it (`opened`; 
+`prepare`: that client, else one of this process), and
+their end (`discard_spare`, `stop`).
 
 A sweep's process (``-m``) whose launcher runs the jobs in it (Hydra's basic launcher, joblib's
 at ``n_jobs=1``) opens its parent run, summary and verdict through the store process its jobs
 use: it never imports mlflow either. One whose launcher runs them elsewhere gives its store
 process back and opens the store itself, for the parent run alone. A pool's worker (joblib,
-submitit) and a Slurm job start one at their first job (:func:`start`). A process
+submitit) and a Slurm job start one at their first job (`start`). A process
 that had imported mlflow before keeps its own client for everything: tests that hold a client, a
 data-parallel rank.
 """
@@ -39,7 +39,7 @@ def prestart(argv: list[str]) -> None:
     store process answers its parent run and its jobs when they run in this process (Hydra's
     basic launcher), so their journals are shipped (its follower) off the training's GIL: a writer
     thread at the lowest priority that held the GIL through MLflow's ingestion on a busy machine
-    held an epoch up for 1.4–4.4 s (docs/benchmarks.md, "A job beside busy programs"). A launcher that runs jobs elsewhere gives it back (:func:`discard_spare`). Never
+    held an epoch up for 1.4–4.4 s (docs/benchmarks.md, "A job beside busy programs"). A launcher that runs jobs elsewhere gives it back (`discard_spare`). Never
     raises."""
     if _spare or _services or "mlflow" in sys.modules or not _runs_jobs(argv):
         return
@@ -78,7 +78,7 @@ def _runs_jobs(argv: list[str]) -> bool:
 
 
 def discard_spare() -> None:
-    """End the store process :func:`prestart` started but no job of this process will use (a
+    """End the store process `prestart` started but no job of this process will use (a
     sweep whose launcher runs its jobs in other processes). Idempotent."""
     while _spare:
         _spare.pop().close()
@@ -86,7 +86,7 @@ def discard_spare() -> None:
 
 def start(uri: str, experiment: str) -> None:
     """Have this process's store process open the store at ``uri`` (experiment ``experiment``
-    first): the one :func:`prestart` started, or one started now in a process that runs jobs it
+    first): the one `prestart` started, or one started now in a process that runs jobs it
     was not started for and has not imported mlflow — a pool worker (joblib, ``gpu_pool``) or a
     Slurm job at its first job; its imports then overlap the job's import of torch, and its jobs'
     MLflow ingestion leaves the training's process as a one-job command's does (in a worker's own
@@ -127,8 +127,8 @@ def opened(uri: str, experiment: str) -> tuple[RemoteClient, str] | None:
 def prepare(cfg: DictConfig, hold: Callable[[], ContextManager] = nullcontext) -> tuple[Any, str]:
     """Client for the store and the experiment id, creating DB and experiment if needed: the
     store's own process's client where the command started one for this store
-    (:mod:`sweeps.tracking.service.connection`: this process then never imports mlflow), else an
-    :class:`mlflow.MlflowClient` of this process (:func:`~sweeps.tracking.store.store.open_store`).
+    (`sweeps.tracking.service.connection`: this process then never imports mlflow), else an
+    `mlflow.MlflowClient` of this process (`open_store`).
 
     Raises:
         UsageError: the store cannot be opened or the server does not answer (one line).

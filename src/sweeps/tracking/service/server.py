@@ -1,20 +1,20 @@
 """The store's process (``python -m sweeps.tracking.service.server REQUESTS ANSWERS PARENT``):
 imports MLflow, opens the store the job names and answers the job's store calls.
 
-Started by :mod:`sweeps.tracking.service.connection` (see there for the why). REQUESTS and ANSWERS are
-pipe file descriptors carrying pickles (:class:`multiprocessing.connection.Connection` framing),
+Started by `sweeps.tracking.service.connection` (see there for the why). REQUESTS and ANSWERS are
+pipe file descriptors carrying pickles (`multiprocessing.connection.Connection` framing),
 PARENT the job's process id. Its first request is ``("open", tracking URI, experiment)``, its
 first answer ``("ready", experiment id)`` once the store is open, or ``("usage", one line)`` where
 it cannot be (then it exits); then, for each request — the pickle of ``(kind, name, args,
-kwargs)`` (:func:`~sweeps.tracking.service.client.execute`) — ``("ok", result)`` with MLflow
-entities mirrored (:func:`~sweeps.tracking.store.entities.mirror`) or ``("error", type name, text)``,
+kwargs)`` (`execute`) — ``("ok", result)`` with MLflow
+entities mirrored (`mirror`) or ``("error", type name, text)``,
 at normal priority: every call a job makes waits for it, or comes before one that does. Once the
-store is open it starts the follower process (:mod:`sweeps.tracking.follower.follower`), which ships the
+store is open it starts the follower process (`sweeps.tracking.follower.follower`), which ships the
 journals of the runs the job follows at the lowest priority.
 
 It ignores SIGINT and SIGTERM (the job closes its run through it after a signal), SIGUSR1 and
 SIGUSR2 (Slurm's ``--signal`` warning reaches every process of the job step; the job's own
-process acts on it and still needs its store: :mod:`sweeps.launchers.slurm.requeue`) and SIGTTOU (in
+process acts on it and still needs its store: `sweeps.launchers.slurm.requeue`) and SIGTTOU (in
 a background process group of the terminal's session, a warning it writes must not stop it), and
 exits when the requests pipe closes or its parent process is gone (forked data loader workers may
 hold the pipe open) — then only once it has done every request the job sent before it died or
@@ -22,7 +22,7 @@ gave the pipe up: a job SIGKILLed right after posting its params loses none of t
 gave the pipe up runs its unanswered posts itself too: they are idempotent — params and tags set
 to the same value, metric values carrying their epoch's timestamp, texts rewritten.) It then
 kills the follower process: what a dead job's follower had not shipped, a later start replays
-from the run's cursor (:func:`sweeps.tracking.replay.replay.mark_stale`).
+from the run's cursor (`sweeps.tracking.replay.replay.mark_stale`).
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def answer_to(client: Any, request: bytes) -> tuple:
     """The answer to one ``request`` (a pickle) run on ``client``:
     ``("ok", result)`` or ``("error", type name, text)``, never raised — a request that does not
     unpickle and an exception of the call alike reach the caller as a
-    the job as a :class:`~sweeps.tracking.service.client.StoreError` named like it."""
+    the job as a `StoreError` named like it."""
     from sweeps.tracking.store.entities import mirror
     from sweeps.tracking.store.http_policy import execute_guarded
     from sweeps.tracking.service.client import execute

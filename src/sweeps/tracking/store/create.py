@@ -4,14 +4,14 @@ MLflow creates a missing sqlite DB at a client's first use by running its ~70 Al
 against it, each committed (and synced to disk) on its own: ~1,000 ``fdatasync`` calls and
 0.7-1.0 s of CPU, 1.5-5.7 s of wall on a 2-core machine (docs/benchmarks.md). A user who
 starts a one-epoch job in a new folder waits for that every time. Here the same migrations
-(MLflow's own migration helper, :func:`sweeps.compat.mlflow_create_tables`) run once on a scratch file
+(MLflow's own migration helper, `sweeps.compat.mlflow_create_tables`) run once on a scratch file
 with ``synchronous=OFF`` and an in-memory rollback journal, and the result — an empty store at
 MLflow's head revision, no experiment in it (MLflow adds "Default" when a client first opens
 it) — is kept as a template in the user's cache, keyed by the MLflow and SQLAlchemy versions. A
 new store is a copy of the template, synced and renamed into place: a crash at any moment leaves
 either no DB (the next start creates it) or a whole one, never a half-migrated file.
 
-Callers hold the store's creation lock (:func:`sweeps.tracking.service.registry.prepare`); without MLflow's
+Callers hold the store's creation lock (`sweeps.tracking.service.registry.prepare`); without MLflow's
 private helper (a future MLflow), MLflow creates the store itself as before.
 """
 from __future__ import annotations

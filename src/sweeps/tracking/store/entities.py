@@ -1,12 +1,12 @@
 """MLflow's entities as a job's process builds and reads them without importing mlflow.
 
-A job whose store is opened by the store's own process (:mod:`sweeps.tracking.service.connection`)
+A job whose store is opened by the store's own process (`sweeps.tracking.service.connection`)
 never imports mlflow (~1.2 s of imports, docs/benchmarks.md): it builds the values it logs as the
-light :class:`Metric`, :class:`Param` and :class:`RunTag` below, which pickle as MLflow's own
+light `Metric`, `Param` and `RunTag` below, which pickle as MLflow's own
 classes (so the store's process receives real entities), and reads what the store returns as
-:class:`Mirror` objects with the same attributes (``run.info.run_id``, ``run.data.tags``,
-``metric.step``). Where a process holds an :class:`mlflow.MlflowClient` itself,
-:func:`classes` gives MLflow's classes.
+`Mirror` objects with the same attributes (``run.info.run_id``, ``run.data.tags``,
+``metric.step``). Where a process holds an `mlflow.MlflowClient` itself,
+`classes` gives MLflow's classes.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _mlflow_entity(kind: str, fields: tuple) -> Any:
 
 
 class Metric(NamedTuple):
-    """:class:`mlflow.entities.Metric`: ``value`` at ``step``, ``timestamp`` in ms since the epoch."""
+    """`mlflow.entities.Metric`: ``value`` at ``step``, ``timestamp`` in ms since the epoch."""
 
     key: str
     value: float
@@ -33,7 +33,7 @@ class Metric(NamedTuple):
 
 
 class Param(NamedTuple):
-    """:class:`mlflow.entities.Param`."""
+    """`mlflow.entities.Param`."""
 
     key: str
     value: str
@@ -43,7 +43,7 @@ class Param(NamedTuple):
 
 
 class RunTag(NamedTuple):
-    """:class:`mlflow.entities.RunTag`."""
+    """`mlflow.entities.RunTag`."""
 
     key: str
     value: str
@@ -55,7 +55,7 @@ class RunTag(NamedTuple):
 def classes(client: Any) -> tuple[type, type, type]:
     """``(Metric, Param, RunTag)`` for ``client``: the light ones above for a client whose calls
     are pickled to the store's process (``client.remote``), MLflow's own for an
-    :class:`mlflow.MlflowClient` (which validates them itself)."""
+    `mlflow.MlflowClient` (which validates them itself)."""
     if getattr(client, "remote", False):
         return Metric, Param, RunTag
     import mlflow.entities as e
@@ -76,7 +76,7 @@ class Mirror:
 
 def mirror(value: Any) -> Any:
     """``value`` with every MLflow entity in it (a run, its info and data, a metric, an experiment,
-    a page of runs) replaced by a :class:`Mirror` of its properties; other values as they are."""
+    a page of runs) replaced by a `Mirror` of its properties; other values as they are."""
     from mlflow.entities._mlflow_object import _MlflowObject
 
     if isinstance(value, _MlflowObject):

@@ -3,11 +3,11 @@ bounded, and one try per call once a call has waited out all of them.
 
 MLflow's own HTTP client retries a call 7 times, 2 × 2ⁿ s apart: a refused connection fails after
 ~250 s (measured: 254 s), and a job's end makes a dozen calls. sweeps sets 5 retries, 0-2-4-8-16 s
-apart (:data:`HTTP_RETRIES`, ~30-35 s with urllib3's jitter), so a server restarting within that
+apart (`HTTP_RETRIES`, ~30-35 s with urllib3's jitter), so a server restarting within that
 is not noticed. Once a call has failed all of them for want of an answer, the store counts as
-down in this process (:func:`execute_guarded`): each later call is tried once until one is
+down in this process (`execute_guarded`): each later call is tried once until one is
 answered, so the rest of a job's end costs seconds, not ~30 s a call. The run writer retries its
-batches itself (:data:`sweeps.tracking.follower.delivery.DOWN_S`), journal-first: nothing is lost either way.
+batches itself (`sweeps.tracking.follower.delivery.DOWN_S`), journal-first: nothing is lost either way.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ _down: list[float] = []  # monotonic s of the call that found the store down, un
 
 
 def bound_http_retries() -> None:
-    """Set :data:`HTTP_RETRIES` in this process's environment where the user has not set them
+    """Set `HTTP_RETRIES` in this process's environment where the user has not set them
     (the store process this process starts, and its follower process, inherit them; MLflow reads
     them at each request). Call once at a command's start."""
     for key, value in HTTP_RETRIES.items():
@@ -53,13 +53,13 @@ def gone(e: BaseException | str) -> bool:
     """Whether a failed call (or its error text) says the run or its experiment is deleted: MLflow
     refuses every write to it ("The run … must be in the 'active' state", the SQL store's
     ``_check_run_is_active``, passed on by a tracking server) until someone restores it. Nothing is
-    retried, and the job's end says it once (:func:`sweeps.job.finish.finish`)."""
+    retried, and the job's end says it once (`sweeps.job.finish.finish`)."""
     return "must be in the 'active' state" in str(e)
 
 
 def execute_guarded(call: Callable[[], Any]) -> Any:
     """``call()`` (one MLflow client call), with MLflow's retries switched off while the store is
-    down in this process: from a call that failed :func:`unanswered` until one is answered (or
+    down in this process: from a call that failed `unanswered` until one is answered (or
     refused with an answer). Raises what ``call`` raises. For a process that makes its calls one
     at a time (the store process's loop): the switch is this process's environment."""
     if not _down:

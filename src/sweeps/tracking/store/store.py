@@ -1,6 +1,6 @@
 """The MLflow store: where it is, opening it (and the experiment) safely, finding a sweep's runs.
 
-Everything goes through an explicit :class:`mlflow.MlflowClient` (no global "active run"), so
+Everything goes through an explicit `mlflow.MlflowClient` (no global "active run"), so
 jobs that run one after another in one process never inherit each other's state. Importing this
 module loads nothing heavy (MLflow, SQLAlchemy and requests are imported where a store is opened):
 the command line answers ``--help`` and bad input without them.
@@ -32,7 +32,7 @@ for _name in ("alembic", "mlflow"):  # their INFO lines (DB migrations) would dr
 
 
 def tracking_uri(cfg: DictConfig) -> str:
-    """``mlflow.tracking_uri`` of ``cfg``, see :func:`resolve_uri`."""
+    """``mlflow.tracking_uri`` of ``cfg``, see `resolve_uri`."""
     return resolve_uri(cfg.mlflow.tracking_uri)
 
 
@@ -65,11 +65,11 @@ def quiet_sqlite() -> None:
     """Make an sqlite store shared by many processes (the default ./mlruns, a sweep's jobs on one
     machine) wait for its lock instead of failing: every sqlite connection this process opens
     through SQLAlchemy (MLflow's store) gets ``PRAGMA busy_timeout`` of
-    :data:`SQLITE_BUSY_TIMEOUT_MS` when it opens (pysqlite's default is 5 s; six processes
+    `SQLITE_BUSY_TIMEOUT_MS` when it opens (pysqlite's default is 5 s; six processes
     logging at once on two cores waited longer). MLflow's SQL store then sets 20 s on every session
     it makes (``mlflow/store/db/utils.py``, ``make_managed_session``), so a store call waits at most
     20 s for the lock and then raises "database is locked": the run writer retries such a write
-    (:data:`~sweeps.tracking.follower.delivery.RETRIES`), says so once, and replays what is still refused from
+    (`RETRIES`), says so once, and replays what is still refused from
     the journal — a lock held 30 s by another process costs the job its retries, not its epochs.
     MLflow's own ERROR log with a traceback for each "database is locked" is silenced. (No WAL: it is unsafe on the network filesystems a Slurm
     cluster may keep ./mlruns on.) Idempotent."""
@@ -88,13 +88,13 @@ def quiet_sqlite() -> None:
 
 
 def open_store(uri: str, experiment: str, hold: Callable[[], ContextManager] = nullcontext) -> tuple[MlflowClient, str]:
-    """An :class:`mlflow.MlflowClient` on ``uri`` and the id of ``experiment`` there, creating DB
+    """An `mlflow.MlflowClient` on ``uri`` and the id of ``experiment`` there, creating DB
     and experiment if needed.
 
     A brand-new sqlite DB migrated by several processes at once fails, so creation is serialized
     by a lock file beside the DB; a tracking server is asked for ``/health`` first, so an
     unreachable one fails in seconds instead of MLflow's minutes of retries. ``hold`` (the
-    launcher's :func:`sweeps.launch.signals.held`) wraps the sqlite store's opening under that
+    launcher's `sweeps.launch.signals.held`) wraps the sqlite store's opening under that
     lock: MLflow's migration cut short by a signal leaves a DB no later start opens ("table …
     already exists"), so a signal then waits until the store is whole.
 
@@ -138,15 +138,15 @@ def open_client(uri: str) -> MlflowClient:
     """A client on the store at ``uri`` for reading it (reports, notebooks, tests) while jobs may
     be creating it: MLflow creates a missing sqlite DB and migrates it on first use, and two
     processes doing that at once leave one of them with "table … already exists" — so a reader
-    first opens an sqlite store under the same lock file :func:`prepare` creates it under.
+    first opens an sqlite store under the same lock file `prepare` creates it under.
 
     A missing folder is a mistyped path, not a store being made (jobs make ./mlruns before the
     store in it): it is refused rather than created empty.
 
     Raises:
         LookupError: the sqlite store's folder does not exist (one line naming it).
-        filelock.Timeout: another process held the lock for :data:`CREATE_LOCK_TIMEOUT_S`.
-        OSError, sqlite3.Error: a missing DB cannot be created there (:func:`new_store.ensure`).
+        filelock.Timeout: another process held the lock for `CREATE_LOCK_TIMEOUT_S`.
+        OSError, sqlite3.Error: a missing DB cannot be created there (`new_store.ensure`).
     """
     from filelock import FileLock
     from mlflow import MlflowClient
@@ -219,7 +219,7 @@ def _experiment(client: MlflowClient, name: str) -> tuple[MlflowClient, str]:
 def flatten(cfg: DictConfig, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """The resolved config as ``{dotted.key: str(value)}`` (lists kept whole, e.g. ``[64, 128]``),
     without the top-level nodes ``skip``, and without an lr that is not set
-    (:data:`sweeps.names.LR_PARAMS` at null: a ``base_lr`` job logs no ``optimizer.lr``)."""
+    (`sweeps.names.LR_PARAMS` at null: a ``base_lr`` job logs no ``optimizer.lr``)."""
     out: dict[str, str] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -239,7 +239,7 @@ def flatten(cfg: DictConfig, skip: tuple[str, ...] = ()) -> dict[str, str]:
 def deleted(client: MlflowClient, run_id: str) -> bool:
     """Whether run ``run_id`` is deleted (the MLflow UI's delete, ``mlflow runs delete``, its
     experiment deleted): MLflow then refuses every write to it until ``mlflow runs restore``.
-    False where the store does not answer. One call; ``client`` as :func:`open_store` gives it
+    False where the store does not answer. One call; ``client`` as `open_store` gives it
     or the store process's."""
     try:
         return client.get_run(run_id).info.lifecycle_stage == "deleted"

@@ -3,7 +3,7 @@ Dataset column) and as params: what was read, where from, how many examples, wha
 
 Each job logs two inputs, ``<dataset>/train`` (context ``train``) and ``<dataset>/test``
 (context ``eval``), in one ``log_inputs`` call when its run opens. Their digest hashes the data
-fingerprint (:mod:`sweeps.data.fingerprint`: the same files anywhere give the same digest; kept
+fingerprint (`sweeps.data.fingerprint`: the same files anywhere give the same digest; kept
 whole in the source) with the split, example count and shape actually used, their
 schema a tensor spec of one batch (``-1`` × the input shape, float32; targets int64 class
 indices or float32 values), their profile the example count. Files on disk are a ``local``
@@ -78,7 +78,7 @@ def dataset(name: str, split: str, fingerprint: str, root: str | None, in_shape:
 def log_datasets(client: MlflowClient, run_id: str, name: str, fingerprint: str, root: str | None,
                  in_shape: Sequence[int], train_n: int | None, test_n: int, regression: bool) -> None:
     """Log the job's train (when ``train_n`` is not None) and eval inputs to ``run_id``: one call
-    (where ``client`` is: :func:`~sweeps.tracking.service.client.in_store`).
+    (where ``client`` is: `in_store`).
 
     Raises:
         mlflow.exceptions.MlflowException: the store refused them (the caller decides).
@@ -95,10 +95,10 @@ def log_datasets(client: MlflowClient, run_id: str, name: str, fingerprint: str,
 
 def log_job_data(writer, dataset_cfg, fingerprint: str, in_shape: Sequence[int], train_n: int | None, test_n: int,
                  regression: bool) -> None:
-    """A job's :func:`example_params` and :func:`log_datasets` through its
-    :class:`~sweeps.tracking.writer.run_writer.RunWriter` (two calls, once per job; through a store process
+    """A job's `example_params` and `log_datasets` through its
+    `RunWriter` (two calls, once per job; through a store process
     neither is waited for), journaled first where the writer journals
-    (:mod:`sweeps.tracking.writer.records`). Never raises: a store that refuses the inputs is reported in one line
+    (`sweeps.tracking.writer.records`). Never raises: a store that refuses the inputs is reported in one line
     and the job goes on."""
     try:
         writer.log_params(example_params(in_shape, train_n, test_n))

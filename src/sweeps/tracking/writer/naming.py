@@ -1,7 +1,7 @@
 """How runs read in the MLflow run list: names, descriptions, the sweep's shared config.
 
 A job's run is named ``<model> b<batch> <device> <other swept values> #<sweep id>`` — e.g.
-``mlp b64 cpu adam #3fa2c1`` — where the sweep id is the first :data:`~sweeps.names.SWEEP_ID_CHARS`
+``mlp b64 cpu adam #3fa2c1`` — where the sweep id is the first `SWEEP_ID_CHARS`
 characters of the sweep's parent run id (a one-job run without a sweep uses its own run id), so
 the same job in two sweeps never shares a name and the name says where to find its sweep. The
 swept ``key=value`` pairs stay in the ``sweeps.overrides`` tag. Descriptions are MLflow's
@@ -23,7 +23,7 @@ _BARE = ("precision", "optimizer", "dataset", "task", "schedule")
 
 
 def short_id(run_id: str) -> str:
-    """``run_id`` cut to :data:`~sweeps.names.SWEEP_ID_CHARS` characters (hex, so 16.7 M values)."""
+    """``run_id`` cut to `SWEEP_ID_CHARS` characters (hex, so 16.7 M values)."""
     return run_id[:names.SWEEP_ID_CHARS]
 
 
@@ -73,7 +73,7 @@ def job_title(cfg: Any, choices: dict[str, str], overrides: str, multirun: bool)
 
 
 def with_id(title: str, run_id: str) -> str:
-    """``title #<short id>``, the title cut so the name stays under :data:`MAX_NAME`."""
+    """``title #<short id>``, the title cut so the name stays under `MAX_NAME`."""
     tag = f" #{short_id(run_id)}"
     if len(title) + len(tag) > MAX_NAME:
         title = title[:MAX_NAME - len(tag) - 1] + "…"
@@ -88,7 +88,7 @@ def sweep_title(swept: Iterable[str], preset: str | None, run_id: str) -> str:
 
 def sweep_note(command: str, swept: Iterable[str], sweep_dir: str, run_id: str, summary: str = "") -> str:
     """The parent run's description: the command line, what varies, the job naming, and — once
-    the sweep has ended — its summary table (:func:`sweeps.job.summary.print_summary`)."""
+    the sweep has ended — its summary table (`sweeps.job.summary.print_summary`)."""
     swept = list(swept)
     lines = ["Command:", "", f"    {command}", "",
              f"Varies: {', '.join(f'`{k}`' for k in swept) or 'nothing'}. Jobs are nested below, named "

@@ -1,21 +1,21 @@
 """A run's params, tags, small texts and dataset inputs, journaled: each call that logs them appends one JSON line to the
-run's :data:`RECORDS` file (beside its epoch journal, in the run's checkpoint folder) before it is
-sent, and a later start replays what the run lacks (:func:`replay`, from
-:func:`sweeps.tracking.replay.replay.mark_stale`).
+run's `RECORDS` file (beside its epoch journal, in the run's checkpoint folder) before it is
+sent, and a later start replays what the run lacks (`replay`, from
+`sweeps.tracking.replay.replay.mark_stale`).
 
 Why: through a store process a job does not wait for a tag or a param to be stored
-(:meth:`~sweeps.tracking.writer.run_writer.RunWriter.set_tags`), and :meth:`RunWriter.queue_tags
-<sweeps.tracking.writer.run_writer.RunWriter.queue_tags>` holds tags until the job's next job-level values.
+(`set_tags`), and `RunWriter.queue_tags`
+holds tags until the job's next job-level values.
 A job killed (SIGKILL, the OOM killer) between the call and the store taking it lost them; the
 line written first survives the process, as the epoch journal does. Replaying is idempotent: a
 param MLflow already holds is not sent again (a param's value never changes), a tag only where
 the run's value differs, a text only where the run has no artifact of its name, so a dead job's
 store process that still ingests its last call stores nothing twice. Texts up to
-:data:`TEXT_MAX` characters (the config, the machine's fingerprint, a short job's CSVs) are
+`TEXT_MAX` characters (the config, the machine's fingerprint, a short job's CSVs) are
 journaled in their line; a longer one (a long job's ``epochs.csv`` or ``telemetry.csv``) is
-written whole to a file of its own under :data:`TEXTS` first (temporary file + rename: a kill
+written whole to a file of its own under `TEXTS` first (temporary file + rename: a kill
 mid-write leaves no torn copy) and its line names that file. Dataset inputs are journaled as the
-arguments of :func:`sweeps.tracking.writer.inputs.log_datasets` and replayed where the run has none.
+arguments of `sweeps.tracking.writer.inputs.log_datasets` and replayed where the run has none.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ TEXTS = "texts"  # in a run's folder, beside RECORDS: the texts longer than TEXT
 
 
 class RecordLog:
-    """Appends a run's params, tags and texts to ``path`` (:data:`RECORDS`), one JSON line per call,
+    """Appends a run's params, tags and texts to ``path`` (`RECORDS`), one JSON line per call,
     written to the OS before the call returns (it survives the process, not a power loss). Never
     raises: a folder that cannot be written (read-only, full) switches the log off, and the run's
     values still go to MLflow as before — only without this copy."""
@@ -47,8 +47,8 @@ class RecordLog:
 
     def append(self, kind: str, values: dict[str, Any]) -> None:
         """One line ``{kind: values}`` (``kind``: ``"params"``, ``"tags"`` or ``"texts"``: artifact
-        name → text; values as strings). A text over :data:`TEXT_MAX` characters goes to a file
-        under :data:`TEXTS` and the line ``{"text_files": {name: file}}`` names it."""
+        name → text; values as strings). A text over `TEXT_MAX` characters goes to a file
+        under `TEXTS` and the line ``{"text_files": {name: file}}`` names it."""
         if kind == "texts":
             files = {k: self._text_file(k, v) for k, v in values.items() if len(v) > TEXT_MAX}
             if any(files.values()):
@@ -76,7 +76,7 @@ class RecordLog:
 
     def append_inputs(self, args: list) -> None:
         """One line ``{"inputs": args}``: the arguments of
-        :func:`~sweeps.tracking.writer.inputs.log_datasets` after its client and run id (JSON values)."""
+        `log_datasets` after its client and run id (JSON values)."""
         self._write({"inputs": list(args)})
 
     def _write(self, record: dict) -> None:
@@ -96,9 +96,9 @@ class RecordLog:
 
 
 def read(path: str | Path) -> dict[str, Any]:
-    """``{"params": …, "tags": …, "texts": …, "inputs": …}`` that :data:`RECORDS` at ``path``
+    """``{"params": …, "tags": …, "texts": …, "inputs": …}`` that `RECORDS` at ``path``
     holds, a tag or text logged twice at its last value (a long text read from its file under
-    :data:`TEXTS`; one whose file is gone is left out), ``inputs`` the last dataset inputs'
+    `TEXTS`; one whose file is gone is left out), ``inputs`` the last dataset inputs'
     arguments (None: none); empty where there is no file. A torn last line (the process died
     writing it) is skipped."""
     out: dict[str, Any] = {"params": {}, "tags": {}, "texts": {}, "inputs": None}
@@ -124,7 +124,7 @@ def read(path: str | Path) -> dict[str, Any]:
 
 def replay(client: Any, run: Any, folder: str | Path) -> int:
     """Send run ``run`` (an MLflow run as ``search_runs`` returns it) the params, tags, texts and
-    dataset inputs its :data:`RECORDS` in ``folder`` holds and the run lacks: a param it has not,
+    dataset inputs its `RECORDS` in ``folder`` holds and the run lacks: a param it has not,
     a tag whose value differs, a text with no artifact of its name, the dataset inputs where it
     has none. Returns how many were sent (the inputs count one). Raises what MLflow raises."""
     held = read(Path(folder) / RECORDS)

@@ -2,15 +2,15 @@
 the run's journal followed, end status.
 
 The per-epoch metrics are not sent from here: the job appends them to the run's journal
-(:mod:`sweeps.tracking.journal.journal`) and the follower ships the journal where the store is
-(:mod:`sweeps.tracking.follower.follower`; :meth:`RunWriter.follow`, :meth:`RunWriter.drain`). Params,
+(`sweeps.tracking.journal.journal`) and the follower ships the journal where the store is
+(`sweeps.tracking.follower.follower`; `RunWriter.follow`, `RunWriter.drain`). Params,
 tags and small texts are journaled first where the run has a folder
-(:mod:`sweeps.tracking.writer.records`) and posted; job-level values (step 0: batch size, learning rate,
-the summary) and queued tags go together in one call (:meth:`RunWriter.send_pending`). Everything
+(`sweeps.tracking.writer.records`) and posted; job-level values (step 0: batch size, learning rate,
+the summary) and queued tags go together in one call (`RunWriter.send_pending`). Everything
 goes through an explicit client (no global "active run"), so jobs that run one after another in
-one process never inherit each other's state: an :class:`mlflow.MlflowClient`, or the store
-process's :class:`~sweeps.tracking.service.client.RemoteClient` (then this module, and the job's
-process, never import mlflow: entities come from :func:`sweeps.tracking.store.entities.classes`).
+one process never inherit each other's state: an `mlflow.MlflowClient`, or the store
+process's `RemoteClient` (then this module, and the job's
+process, never import mlflow: entities come from `sweeps.tracking.store.entities.classes`).
 """
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ log = logging.getLogger("sweeps")
 
 
 class RunWriter:
-    """One job's MLflow run: nested under the sweep's parent run when there is one. :attr:`lost`
+    """One job's MLflow run: nested under the sweep's parent run when there is one. `lost`
     counts the values the store refused after every retry (kept for a later start: the journal,
-    :func:`~sweeps.tracking.replay.replay.keep_unclosed`)."""
+    `keep_unclosed`)."""
 
     def __init__(self, client: MlflowClient, experiment_id: str, name: str,
                  parent_run_id: str | None, tags: dict[str, str]):
@@ -71,10 +71,10 @@ class RunWriter:
                read_summary: bool | None = None) -> "RunWriter":
         """Write to an existing run: a killed job resuming (``reopen``: status back to RUNNING), or
         rank 0 of a data-parallel job logging into the run its job process opened and will close
-        (``reopen=False``: the status is left alone; :meth:`close`, never :meth:`end`).
+        (``reopen=False``: the status is left alone; `close`, never `end`).
         ``read_summary`` (default: ``reopen``): the run's values so far are read first (one call),
         so that a value an earlier part of the run logged at step 0 is not logged again
-        (:meth:`log_summary`)."""
+        (`log_summary`)."""
         job = cls.__new__(cls)
         job._init(client, run_id)
         if reopen:
@@ -87,9 +87,9 @@ class RunWriter:
 
     def keep_in(self, folder: Path) -> None:
         """Keep the run's records in its ``folder`` (beside its checkpoints and epoch journal):
-        params, tags and texts journaled before they are sent (:data:`~sweeps.tracking.writer.records.RECORDS`),
-        and the :attr:`cursor`, how far the journal has reached MLflow. Whoever ingests the run's
-        values holds its ship lock until :meth:`end` (:func:`~sweeps.tracking.journal.cursor.hold`): a
+        params, tags and texts journaled before they are sent (`RECORDS`),
+        and the `cursor`, how far the journal has reached MLflow. Whoever ingests the run's
+        values holds its ship lock until `end` (`hold`): a
         replay after this process's death waits for it."""
         self.records = RecordLog(folder / RECORDS)
         self.cursor = Cursor(folder)
@@ -97,9 +97,9 @@ class RunWriter:
         self.post(f"the ship lock of run {self.run_id}", cursor.hold, self._shipping)
 
     def follow(self) -> None:
-        """Have the follower ship the run's journal (in the :attr:`cursor`'s folder) from the
-        cursor, on the run's series stride (:attr:`every_epochs`, :attr:`every_evaluated`), until
-        :meth:`drain` (:func:`sweeps.tracking.follower.shipping.follow`, not waited for). What is pending
+        """Have the follower ship the run's journal (in the `cursor`'s folder) from the
+        cursor, on the run's series stride (`every_epochs`, `every_evaluated`), until
+        `drain` (`sweeps.tracking.follower.shipping.follow`, not waited for). What is pending
         goes first."""
         self.send_pending()
         self.post(f"the journal of run {self.run_id}", shipping.follow, self.run_id, self._folder(),
@@ -109,10 +109,10 @@ class RunWriter:
     def drain(self, through: int, records: list[dict] | None = None) -> None:
         """Have every journaled epoch through ``through`` (the job's last) put in the run — by the
         follower, or, where it stalls, by the store's caller at normal priority
-        (:func:`sweeps.tracking.follower.shipping.drain`); ``records``: the job's records, where its journal
+        (`sweeps.tracking.follower.shipping.drain`); ``records``: the job's records, where its journal
         could not hold them all (a full disk), shipped from the cursor. Sends what is pending
         first. Not waited for through a store process (the job builds its tables meanwhile):
-        :meth:`drained` waits."""
+        `drained` waits."""
         self.send_pending()
         if self._following or records is not None:
             self._following = False
@@ -121,8 +121,8 @@ class RunWriter:
             self._draining = True
 
     def drained(self) -> int:
-        """Wait for :meth:`drain` and every posted call; the values the store refused after every
-        retry (:attr:`lost`, kept for a later start)."""
+        """Wait for `drain` and every posted call; the values the store refused after every
+        retry (`lost`, kept for a later start)."""
         self.flush()
         if self._draining:
             self._draining = False
@@ -133,7 +133,7 @@ class RunWriter:
         return str(self.cursor.path.parent) if self.cursor is not None else None
 
     def log_params(self, params: dict[str, Any]) -> None:
-        """Log ``params`` (see :meth:`set_tags` for when the store takes them, and what a kill
+        """Log ``params`` (see `set_tags` for when the store takes them, and what a kill
         between the two keeps)."""
         if self.records:
             self.records.append("params", params)
@@ -146,17 +146,17 @@ class RunWriter:
         on; the next call that waits for an answer (a run created, a flush, the run's end) comes
         after it, and a refusal is a warning naming the tags, not an exception. With an
         in-process client the call is made here and raises what MLflow raises. Where
-        :attr:`records` is set the tags are journaled first: a job killed before the store took
-        them has them sent by the next start (:func:`sweeps.tracking.writer.records.replay`)."""
+        `records` is set the tags are journaled first: a job killed before the store took
+        them has them sent by the next start (`sweeps.tracking.writer.records.replay`)."""
         if self.records:
             self.records.append("tags", tags)
         self._later(f"tag(s) {', '.join(tags)} of run {self.run_id}", "log_batch", self.run_id,
                     tags=[self._RunTag(k, str(v)) for k, v in tags.items()])
 
     def queue_tags(self, tags: dict[str, Any]) -> None:
-        """Set ``tags`` with the next job-level values (:meth:`send_pending`) rather than in a store
+        """Set ``tags`` with the next job-level values (`send_pending`) rather than in a store
         call of their own (~10 ms of MLflow's each, about a third of a tiny job's store work).
-        Journaled first where :attr:`records` is set (see :meth:`set_tags`): a job killed before
+        Journaled first where `records` is set (see `set_tags`): a job killed before
         they were sent keeps them too."""
         if self.records:
             self.records.append("tags", tags)
@@ -164,7 +164,7 @@ class RunWriter:
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         """Log job-level ``metrics`` at ``step`` (0: the run's summary values) with the next
-        :meth:`send_pending`. In a reopened run (a resumed job) a step-0 value the run already
+        `send_pending`. In a reopened run (a resumed job) a step-0 value the run already
         holds (batch size, lr, FLOPs logged again at its restart) is not logged twice."""
         ts = now_ms()
         self._metrics += [(k, float(v), ts, step) for k, v in metrics.items()
@@ -178,16 +178,16 @@ class RunWriter:
         self.log_metrics({k: v for k, v in metrics.items() if k not in self._summary})
 
     def log_series(self, key: str, values: list[float]) -> None:
-        """Log ``values`` as the steps 1..N of metric ``key`` (with the next :meth:`send_pending`)."""
+        """Log ``values`` as the steps 1..N of metric ``key`` (with the next `send_pending`)."""
         ts = now_ms()
         self._metrics += [(key, float(v), ts, i) for i, v in enumerate(values, start=1)]
 
     def send_pending(self) -> None:
         """Send the logged job-level values and queued tags in one call
-        (:func:`~sweeps.tracking.follower.delivery.send_values`: retried where the store is), not waited for
-        through a store process: a refusal is a warning, and adds to :attr:`lost` and
-        :attr:`unsent_tags` (:meth:`settle` reads it). Called when the run's journal is followed,
-        at the job's first epoch, and by :meth:`flush`."""
+        (`send_values`: retried where the store is), not waited for
+        through a store process: a refusal is a warning, and adds to `lost` and
+        `unsent_tags` (`settle` reads it). Called when the run's journal is followed,
+        at the job's first epoch, and by `flush`."""
         values, tags = self._metrics, self._tags
         if not values and not tags:
             return
@@ -209,7 +209,7 @@ class RunWriter:
     @property
     def unsent_tags(self) -> dict[str, str]:
         """The tags the store has not taken: those of a send it refused, then those
-        :meth:`queue_tags` still holds (a tag queued twice: its last value)."""
+        `queue_tags` still holds (a tag queued twice: its last value)."""
         return {**self._refused_tags, **self._tags}
 
     def settle(self) -> None:
@@ -222,13 +222,13 @@ class RunWriter:
         self.settle()
 
     def close(self) -> None:
-        """:meth:`flush`: the run stays open (a data-parallel rank's, a closed run's last values). Idempotent."""
+        """`flush`: the run stays open (a data-parallel rank's, a closed run's last values). Idempotent."""
         self.flush()
 
     def post(self, what: str, fn: Any, *args: Any) -> None:
-        """``fn(client, *args)`` where the store is, as :func:`~sweeps.tracking.service.client.in_store`
+        """``fn(client, *args)`` where the store is, as `in_store`
         runs it, but not waited for where that is a store process
-        (:meth:`~sweeps.tracking.service.client.RemoteClient.post`: a refusal is a warning naming
+        (`post`: a refusal is a warning naming
         ``what``); called here with an in-process client."""
         if getattr(self.client, "remote", False):
             self.client.post(what, fn, *args)
@@ -236,7 +236,7 @@ class RunWriter:
             fn(self.client, *args)
 
     def _later(self, what: str, method: str, *args: Any, **kwargs: Any) -> None:
-        """``client.<method>(*args, **kwargs)``: posted to a store process (:meth:`set_tags`), made
+        """``client.<method>(*args, **kwargs)``: posted to a store process (`set_tags`), made
         here with an in-process client."""
         if getattr(self.client, "remote", False):
             self.client.post_call(what, method, *args, **kwargs)
@@ -245,13 +245,13 @@ class RunWriter:
 
     def replay(self, records: list[dict] | None = None) -> int:
         """Send the epochs of the run's journal (``records``, per-epoch dicts with ``epoch`` = step;
-        None: the journal in the :attr:`cursor`'s folder) that never reached the run — a job that
-        died, values the store refused after every retry. Only those after the :attr:`cursor`
+        None: the journal in the `cursor`'s folder) that never reached the run — a job that
+        died, values the store refused after every retry. Only those after the `cursor`
         (all without one), and of them the (metric, epoch) the run lacks
-        (:func:`~sweeps.tracking.follower.held.held_steps`), each with its record's timestamp, so every
+        (`held_steps`), each with its record's timestamp, so every
         epoch is logged once; under ``every_epochs`` > 1 only the series' epochs and the last
-        (:func:`sweeps.tracking.follower.shipping.replay`, where the store is). Returns how many values were
-        sent; those the store refused again add to :attr:`lost`."""
+        (`sweeps.tracking.follower.shipping.replay`, where the store is). Returns how many values were
+        sent; those the store refused again add to `lost`."""
         self.flush()
         if records is not None and not records:
             return 0
@@ -264,22 +264,22 @@ class RunWriter:
 
     def log_bytes(self, data: bytes, name: str) -> None:
         """Log ``data`` as the run's artifact ``name`` (a file in a temporary folder, read by
-        :meth:`mlflow.MlflowClient.log_artifact` where the store is: this machine)."""
+        `mlflow.MlflowClient.log_artifact` where the store is: this machine)."""
         with tempfile.TemporaryDirectory(prefix="sweeps-artifact-") as folder:
             path = Path(folder) / name
             path.write_bytes(data)
             self.client.log_artifact(self.run_id, str(path))
 
     def log_text(self, text: str, name: str) -> None:
-        """Log ``text`` as the run's artifact ``name`` (see :meth:`set_tags` for when; journaled
-        first: :meth:`~sweeps.tracking.writer.records.RecordLog.append`)."""
+        """Log ``text`` as the run's artifact ``name`` (see `set_tags` for when; journaled
+        first: `append`)."""
         if self.records:
             self.records.append("texts", {name: text})
         self._later(f"{name} of run {self.run_id}", "log_text", self.run_id, text, name)
 
     def end(self, status: str) -> None:
         """Send what is pending, then close the run: ``FINISHED``, ``FAILED`` or ``KILLED``. A
-        closed run is replayed no more: nothing is journaled after this (:attr:`records` off), and
+        closed run is replayed no more: nothing is journaled after this (`records` off), and
         its ship lock is given back."""
         self.records = None
         self.flush()
