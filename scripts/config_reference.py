@@ -31,7 +31,7 @@ UNITS_BY_NAME = {
     "num_workers": "processes", "gpus": "processes", "threads": "threads", "keep": "files",
     "series_points": "points", "lr": "—", "base_lr": "—", "value": "the metric's unit",
     "interval_s": "s", "every_s": "s", "timeout_s": "s", "log_every_s": "s",
-    "malloc_trim_mb": "MB",
+    "malloc_trim_mb": "MB", "steps": "steps", "warmup_steps": "steps",
 }
 UNITS_BY_SUFFIX = (("_s", "s"), ("_mb", "MB"), ("_pct", "%"))
 # What a key the files leave uncommented means, by its last part (sweeps' own keys of every option)

@@ -401,7 +401,7 @@ def test_diabetes_split_and_standardisation():
 
     train, test, spec = build_datasets(dataset_cfg("dataset=diabetes"), seed=0)
     assert (len(train), len(test)) == (442 - 88, 88)
-    assert spec.in_shape == (10,) and spec.num_outputs == 1 and spec.task == "regression"
+    assert spec.in_shape == (10,) and spec.num_outputs == 1 and spec.problem == "regression"
     (xtr, ytr), (xte, yte) = train.tensors, test.tensors
     assert ytr.shape == (354, 1) and yte.shape == (88, 1)
     assert torch.allclose(xtr.mean(0), torch.zeros(10), atol=1e-5)

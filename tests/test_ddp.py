@@ -172,7 +172,7 @@ def test_ddp_logs_each_epoch_as_it_ends_and_matches_one_process(tmp_path, monkey
             assert ddp_curve[epoch] == pytest.approx(value, rel=LOSS_RTOL), (key, epoch)
     for phase in ("forward", "backward", "optimizer", "data"):  # mean over ranks and the slowest rank
         assert 0 <= m[f"phase/{phase}_ms"] <= m[f"phase/{phase}_max_ms"]
-    assert m["perf/samples_per_s"] > 0 and m["batch_size"] == 64
+    assert m["perf/samples_per_s"] > 0 and m["batch"] == 64
     # the job process read rank 0's records back: summaries and epochs.csv as on one device
     assert m["time/median_epoch_s"] > 0 and m["time/first_epoch_s"] > 0
     csv = store(cwd).download_artifacts(run.info.run_id, "epochs.csv", str(tmp_path))
@@ -263,7 +263,7 @@ def test_sigterm_flushes_rank_0_and_a_rerun_resumes_the_curve(tmp_path):
     assert run_cli(args, cwd, timeout=300).returncode == 0
     (resumed,) = runs(cwd)
     (ref,) = runs(reference)
-    assert resumed.info.run_id == killed.info.run_id and resumed.data.tags["resumed"] == "true"
+    assert resumed.info.run_id == killed.info.run_id and resumed.data.tags["job.resumed"] == "true"
     assert resumed.data.tags["outcome"] == "ok"
     curve, ref_curve = _history(cwd, resumed, "train/loss"), _history(reference, ref, "train/loss")
     assert sorted(curve) == list(range(1, 7))
@@ -274,7 +274,7 @@ def test_sigterm_flushes_rank_0_and_a_rerun_resumes_the_curve(tmp_path):
 def test_rank_0_of_a_resumed_run_logs_no_second_compile_time(tmp_path):
     """A resumed compile=true job under DDP compiles again on rank 0 and hands its compile time to
     ``log_summary``: the run keeps its first part's ``time/compile_s``, one point."""
-    from sweeps.job.rank import RankRun, RankSpec
+    from sweeps.job.rank import RankJob, RankSpec
     from sweeps.tracking.store.store import open_client
     from sweeps.tracking.writer.run_writer import RunWriter
     from sweeps import names
@@ -290,7 +290,7 @@ def test_rank_0_of_a_resumed_run_logs_no_second_compile_time(tmp_path):
     spec = RankSpec(cfg=OmegaConf.to_container(cfg, resolve=True), backend="gloo", tracking_uri=uri,
                     run_id=first.run_id, run_dir=str(tmp_path / "run"), journal=str(tmp_path / "epochs.jsonl"),
                     resume=False, logged_through=0, work_dir=str(tmp_path), log_format="%(message)s", log_targets=[])
-    rank0 = RankRun(spec, cfg, True, 0, torch.device("cpu"))  # the second part: killed before a checkpoint
+    rank0 = RankJob(spec, cfg, True, 0, torch.device("cpu"))  # the second part: killed before a checkpoint
     rank0.writer.log_summary({names.COMPILE_S: 2.5, names.WARMUP_S: 0.5})
     rank0.close()
     history = {k: [(m.step, m.value) for m in client.get_metric_history(first.run_id, k)]

@@ -92,12 +92,12 @@ def test_the_users_optimizer_under_a_preset_trains_at_its_own_lr(tmp_path, user_
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = "lr 0.003 (optimizer=mysgd's lr, as written; the preset's base_lr 0.01 was for its own optimizer)"
     jobs = [r for r in runs(tmp_path, "diabetes") if r.data.tags.get("sweeps.kind") != "sweep"]
-    assert sorted(int(r.data.metrics["batch_size"]) for r in jobs) == [16, 64]
+    assert sorted(int(r.data.metrics["batch"]) for r in jobs) == [16, 64]
     for run in jobs:
         assert run.data.tags["outcome"] == "ok"
         assert math.isclose(run.data.metrics["lr"], 0.003)
         assert run.data.params["optimizer._target_"] == "torch.optim.SGD"
-        assert run.data.tags["lr.source"] == line  # the console's "batch 16, lr ..." line prints the same text
+        assert run.data.tags["job.lr_source"] == line  # the console's "batch 16, lr ..." line prints the same text
 
 
 def test_a_presets_own_optimizer_keeps_its_rate(tmp_path):
@@ -167,7 +167,7 @@ def test_a_classifier_with_the_wrong_class_count_stops_before_training(tmp_path,
     _no_runs(tmp_path)
 
 
-def test_a_misspelt_dataspec_task_is_one_line(tmp_path, user_folder):
+def test_a_misspelt_dataspec_problem_is_one_line(tmp_path, user_folder):
     user_folder({
         "userpkg_spec/__init__.py": """
             import torch
@@ -176,22 +176,24 @@ def test_a_misspelt_dataspec_task_is_one_line(tmp_path, user_folder):
 
             def make(seed=0):
                 x, y = torch.randn(64, 4), torch.randn(64, 1)
-                return TensorDataset(x, y), TensorDataset(x[:16], y[:16]), DataSpec((4,), 1, task="regresion")
+                return TensorDataset(x, y), TensorDataset(x[:16], y[:16]), DataSpec((4,), 1, problem="regresion")
         """,
         "conf/dataset/myspec.yaml": "_target_: userpkg_spec.make\n",
     })
     proc = cli_in_process(["--config-dir", "conf", "dataset=myspec", "model=mlp_tabular", "batch=16", *TINY],
                           tmp_path)
     line = _one_line(proc)
-    assert "DataSpec(task='regresion') is unknown" in line and "'classification'" in line and "'regression'" in line, \
+    assert "DataSpec(problem='regresion') is unknown" in line and "'classification'" in line and "'regression'" in line, \
         line
 
 
-def test_dataspec_takes_its_documented_tasks():
+def test_dataspec_takes_its_documented_problems():
     from sweeps.data import DataSpec
     from sweeps.errors import UsageError
 
-    assert DataSpec((4,), 1, "regression").task == "regression"
-    assert DataSpec((1, 8, 8), 10).task == "classification"
-    with pytest.raises(UsageError, match="use task='classification' or task='regression'"):
+    assert DataSpec((4,), 1, "regression").problem == "regression"
+    assert DataSpec((1, 8, 8), 10).problem == "classification"
+    with pytest.raises(UsageError, match="use problem='classification' or problem='regression'"):
         DataSpec((4,), 1, "Regression")
+    with pytest.warns(DeprecationWarning, match="problem="):  # the field's former name still works
+        assert DataSpec((4,), 1, task="regression") == DataSpec((4,), 1, "regression")

@@ -23,3 +23,19 @@ def test_the_report_reads_a_run_logged_under_the_former_names(tmp_path):
     assert history(client, old, names.GPU_ENERGY_J) == [(1, 10.0), (2, 12.0)]
     assert job_from_run(client.get_run(new)).metrics[names.OTHER_CPU_MEAN_PCT] == 7.0
     assert history(client, new, names.GPU_ENERGY_J) == []
+
+
+def test_a_run_logged_before_the_batch_metric_and_the_job_tags_took_their_names_still_reads(tmp_path):
+    """The batch size's metric was ``batch_size`` and the job's condition tags were bare or
+    ad-hoc (``torch.threads``, ``compiled``, ...): the report reads them under today's names."""
+    seed_store(tmp_path)
+    client = store(tmp_path)
+    exp = client.create_experiment("old")
+    old = client.create_run(exp, tags={"outcome": "ok", "torch.threads": "1 (device.threads; 2 cores)",
+                                       "compiled": "true", "data.loader": "device"}).info.run_id
+    client.log_metric(old, "batch_size", 64.0, step=0)
+    job = job_from_run(client.get_run(old))
+    assert job.batch == 64.0
+    assert job.tags[names.THREADS_TAG] == "1 (device.threads; 2 cores)" and job.tags[names.COMPILED_TAG] == "true"
+    assert job.tags[names.LOADER_TAG] == "device"
+    assert all(new.startswith("job.") for new in names.FORMER_TAGS)

@@ -25,7 +25,7 @@ from sweeps.job import ddp, rank
 from sweeps.placement import gpu_pool
 from sweeps.placement import device as device_mod
 from sweeps.job import outcome
-from sweeps.job.lifecycle import JobRun
+from sweeps.job.lifecycle import Job
 from sweeps.tasks import inference
 from sweeps.telemetry import nvml as telemetry_nvml
 from sweeps.telemetry.sampler import for_job
@@ -137,7 +137,7 @@ def test_every_compiled_job_of_a_sweep_runs_compiled(in_process, monkeypatch, tm
                            "compile=true"]) == "ok"
     assert [b for (training, b) in gpu_helpers.EagerProbe.eager if training] == []  # no eager training pass
     jobs = runs(tmp_path)
-    assert [r.data.tags.get("compiled") for r in jobs] == ["true", "true"]
+    assert [r.data.tags.get("job.compiled") for r in jobs] == ["true", "true"]
     assert all(r.data.metrics["time/compile_s"] > 0 for r in jobs)
 
 
@@ -159,7 +159,7 @@ def test_inference_jobs_of_a_sweep_compile_and_feed_channels_last(in_process, mo
     assert sum(gpu_helpers.EagerProbe.eager.values()) == 0  # every timed pass ran the compiled graph
     assert nhwc == [(True, True)] * 2  # the batch and the model
     for run in runs(tmp_path):
-        assert run.data.tags["compiled"] == "true" and run.data.metrics["time/compile_s"] > 0
+        assert run.data.tags["job.compiled"] == "true" and run.data.metrics["time/compile_s"] > 0
 
 
 # 3. the GPU pool: slots by UUID, device.index logged as pinned, DDP holds its GPUs, sticky workers
@@ -266,7 +266,7 @@ def test_ddp_telemetry_adds_up_the_jobs_gpus(monkeypatch):
     monkeypatch.setattr(state.current(), "pool_held", [])
     job = SimpleNamespace(cfg=OmegaConf.create({"telemetry": {"interval_s": 1000},
                                                 "device": {"name": "ddp", "gpus": 2}}))
-    JobRun.start_telemetry(job, CUDA0)  # the job process
+    Job.start_telemetry(job, CUDA0)  # the job process
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     ranks = rank.job_gpus(CUDA0)  # rank 0's own sampler
     for tel in (job.telemetry, for_job(1000, ranks)):

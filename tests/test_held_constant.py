@@ -48,8 +48,8 @@ def test_the_readme_waves_sweep_trains_both_batches_on_the_same_threads(tmp_path
     jobs = [r for r in runs(tmp_path, "waves") if r.data.tags.get("sweeps.kind") != "sweep"]
     assert sorted(r.data.params["batch"] for r in jobs) == ["32", "64"]
     assert [r.data.tags["outcome"] for r in jobs] == ["ok", "ok"]
-    threads = {r.data.tags["torch.threads"] for r in jobs}
-    loader = {r.data.tags["data.loader"] for r in jobs}
+    threads = {r.data.tags["job.threads"] for r in jobs}
+    loader = {r.data.tags["job.loader"] for r in jobs}
     assert len(threads) == 1 and len(loader) == 1, (threads, loader)
     (threads,), (loader,) = threads, loader
     assert threads.startswith("1 (held for the sweep: conv1d × waves × cpu, decided at batch 32: ")

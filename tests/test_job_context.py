@@ -202,7 +202,7 @@ def test_resume_from_an_older_checkpoint_never_logs_a_step_twice(tmp_path, in_pr
     monkeypatch.setattr(Trainer, "train_epoch", train_epoch)  # no more signals
     assert in_process(overrides) == "ok"
     run = _the_run(tmp_path)
-    assert run.data.tags["resumed"] == "true"
+    assert run.data.tags["job.resumed"] == "true"
     for key in ("train/loss", "time/epoch_s"):
         steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, key)]
         assert sorted(steps) == [1, 2, 3, 4, 5, 6], key  # epoch 4 ran twice, is logged once
@@ -210,7 +210,7 @@ def test_resume_from_an_older_checkpoint_never_logs_a_step_twice(tmp_path, in_pr
         steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, key)]
         assert len(steps) == len(set(steps)), (key, steps)
     if compiled:
-        assert run.data.tags["compiled"] == "true" and run.data.metrics["time/compile_s"] > 0
+        assert run.data.tags["job.compiled"] == "true" and run.data.metrics["time/compile_s"] > 0
 
 
 def test_a_storm_of_signals_while_closing_is_noted_never_raised(tmp_path, in_process, monkeypatch):
@@ -303,7 +303,7 @@ def test_resume_onto_an_immutable_journal_goes_on_without_it(tmp_path, in_proces
     finally:
         subprocess.run(["chattr", "-i", str(journal)], check=True)
     run = _the_run(tmp_path)
-    assert run.info.status == "FINISHED" and run.data.tags["resumed"] == "true"
+    assert run.info.status == "FINISHED" and run.data.tags["job.resumed"] == "true"
     assert run.data.tags["sweeps.checkpoints"].startswith("off: cannot append to"), run.data.tags
     steps = [m.step for m in store(tmp_path).get_metric_history(run.info.run_id, "train/loss")]
     assert sorted(steps) == [1, 2, 3]
@@ -332,19 +332,19 @@ def test_device_threads_and_heap_are_set_for_the_job_alone_and_are_tagged(tmp_pa
     assert in_process([*TINY, "device.threads=1"]) == "ok"
     assert set(seen) == {1} and torch.get_num_threads() == 2
     tags = runs(tmp_path)[-1].data.tags
-    assert tags["torch.threads"] == f"1 (device.threads; {os.cpu_count()} cores)"
+    assert tags["job.threads"] == f"1 (device.threads; {os.cpu_count()} cores)"
     if glibc:
         assert tags[names.HEAP_TAG] == f"{glibc}: keeps 1024 MB (trim), heap blocks up to 32 MB"
     seen.clear()
     assert in_process([*TINY, "seed=1", "device.malloc_trim_mb=null"]) == "ok"  # null: ~0.1 MFLOP steps, one thread
     assert set(seen) == {1} and torch.get_num_threads() == 2
     tags = runs(tmp_path)[-1].data.tags
-    assert tags["torch.threads"].startswith("1 (small steps: ")
-    assert tags["torch.threads"].endswith(f"MFLOP each, under 20; device.threads to choose; {os.cpu_count()} cores)")
+    assert tags["job.threads"].startswith("1 (small steps: ")
+    assert tags["job.threads"].endswith(f"MFLOP each, under 20; device.threads to choose; {os.cpu_count()} cores)")
     if glibc:  # static since the first job: said, so it is not read as glibc's own default
         assert tags[names.HEAP_TAG].startswith(f"{glibc}: 128 KiB static")
     seen.clear()
     assert in_process([*TINY, "seed=2", "model.hidden=[1024,1024]"]) == "ok"  # ~110 MFLOP steps: torch's count
     assert set(seen) == {2} and torch.get_num_threads() == 2
-    assert runs(tmp_path)[-1].data.tags["torch.threads"] == f"2 (torch default; {os.cpu_count()} cores)"
+    assert runs(tmp_path)[-1].data.tags["job.threads"] == f"2 (torch default; {os.cpu_count()} cores)"
 

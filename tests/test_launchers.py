@@ -14,7 +14,7 @@ from sweeps.placement import gpu_pool
 TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32",
         "epochs=2", "device=cpu", "telemetry.interval_s=0", "checkpoint.every_epochs=0", TEST_CONF]
 METRICS = {"time/first_epoch_s", "time/median_epoch_s", "time/total_s", "test/final_acc", "mem/peak_mb",
-           "batch_size", "lr", "train/loss", "test/acc", "phase/forward_ms", "perf/samples_per_s"}
+           "batch", "lr", "train/loss", "test/acc", "phase/forward_ms", "perf/samples_per_s"}
 
 
 @pytest.mark.slow  # 8 jobs in loky worker processes: ~25 s here

@@ -79,9 +79,9 @@ def test_a_sweep_over_batch_trains_at_the_lr_as_written(tmp_path):
                            "telemetry.interval_s=0"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = [r for r in runs(tmp_path) if r.data.tags.get("sweeps.kind") != "sweep"]
-    assert sorted(r.data.metrics["batch_size"] for r in jobs) == [32, 64]
+    assert sorted(r.data.metrics["batch"] for r in jobs) == [32, 64]
     for run in jobs:
-        assert run.data.metrics["lr"] == 0.05 and run.data.tags["lr.source"] == "lr 0.05 (as written, no scaling)"
+        assert run.data.metrics["lr"] == 0.05 and run.data.tags["job.lr_source"] == "lr 0.05 (as written, no scaling)"
         history = store(tmp_path).get_metric_history(run.info.run_id, "train/lr")
         assert len(history) == 2 and all(math.isclose(m.value, 0.05) for m in history)
 

@@ -148,7 +148,7 @@ def test_max_batch_job_logs_the_boundary(oom_and_search):
     jobs = {r.data.tags["sweeps.overrides"]: r for r in runs(cwd) if "mlflow.parentRunId" in r.data.tags}
     job = jobs["task=max_batch"]
     m = job.data.metrics
-    assert job.data.tags["outcome"] == "ok" and job.data.tags["max_batch.bound"] == "exact"
+    assert job.data.tags["outcome"] == "ok" and job.data.tags["job.max_batch_bound"] == "exact"
     assert m["mem/max_batch"] == 32 and m["mem/max_batch_peak_mb"] > 0 and m["max_batch/trials"] >= 7
     steps = store(cwd).get_metric_history(job.info.run_id, "max_batch/batch")
     assert [s.value for s in sorted(steps, key=lambda s: s.step)][:7] == [1, 2, 4, 8, 16, 32, 64]

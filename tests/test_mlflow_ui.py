@@ -27,7 +27,7 @@ SCREENSHOT = REPO / "docs" / "mlflow_runs.png"
 TINY = ["model=oom_above", "batch=16,64", "dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=64",
         "dataset.test_size=16", "epochs=1", "resume=false", TEST_CONF]
 SWEEPS = (["-m", *TINY, "device=cpu"], ["-m", *TINY, "device=cpu,cuda"])  # cuda: unavailable (GPUs hidden)
-COLUMNS = ("Models", "outcome", "batch_size", "time/total_s")  # "Models" (an empty default) off, the rest on
+COLUMNS = ("Models", "outcome", "batch", "time/total_s")  # "Models" (an empty default) off, the rest on
 
 # ms an assertion waits for the UI to render (Playwright's default is 5 s): on a VM running
 # 1.5-2x slow the run table once took longer than that to appear

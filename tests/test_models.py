@@ -125,7 +125,7 @@ def test_model_option_builds_and_trains(name):
     model = hydra.utils.instantiate(cfg.model, in_shape=spec.in_shape, num_outputs=spec.num_outputs)
     x, y = next(iter(torch.utils.data.DataLoader(train, batch_size=8)))
     assert x.shape == (8, *spec.in_shape)
-    loss_fn = F.mse_loss if spec.task == "regression" else F.cross_entropy
+    loss_fn = F.mse_loss if spec.problem == "regression" else F.cross_entropy
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     model.train()
     losses = []

@@ -117,7 +117,7 @@ def test_sigkill_then_rerun_marks_stale_and_resumes_the_loss_curve(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     (run,) = runs(tmp_path)  # the same run went on: no second run
     assert run.info.run_id == stale.info.run_id and run.info.status == "FINISHED"
-    assert run.data.tags["resumed"] == "true" and run.data.tags["outcome"] == "ok"
+    assert run.data.tags["job.resumed"] == "true" and run.data.tags["outcome"] == "ok"
     resumed_loss = _history(tmp_path, run.info.run_id, "train/loss")
     steps = [s for s, _ in resumed_loss]
     assert sorted(set(steps)) == [1, 2, 3, 4, 5, 6]

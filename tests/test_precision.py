@@ -236,7 +236,7 @@ def test_precision_jobs_run_and_log_throughput(precision_sweep):
         assert m["perf/flops_per_example"] == 3 * 2 * (64 * 16 + 16 * 10) - 2 * 64 * 16
         history = client.get_metric_history(r.info.run_id, "perf/flops_per_s")
         assert sorted(h.step for h in history) == [1, 2] and all(h.value > 0 for h in history)
-        assert "perf/mfu" not in m and "MFU omitted" in r.data.tags["perf.peak"]
+        assert "perf/mfu" not in m and "MFU omitted" in r.data.tags["job.peak"]
         assert r.data.params["dataset.loader"] == "device" and r.data.params["precision"] == name.split("=")[1]
 
 

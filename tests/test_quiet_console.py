@@ -87,7 +87,7 @@ def test_a_cpu_job_says_host_only_in_one_short_line_once_and_nothing_of_nvml(fre
     said = _telemetry_lines(caplog)
     assert said == ["telemetry: host only (psutil, every 1000 s); GPU off: the job runs on cpu"], said
     assert "NVML" not in " ".join(said) and all(len(line) <= WIDTH for line in said)
-    assert tel.tags()["telemetry"] == ("host only (psutil, every 1000 s); GPU off: the job runs on cpu; no NVML "
+    assert tel.tags()["job.telemetry"] == ("host only (psutil, every 1000 s); GPU off: the job runs on cpu; no NVML "
                                        "(NVMLError_LibraryNotFound: NVML Shared Library Not Found)")
 
 

@@ -23,7 +23,7 @@ def test_diabetes_regression_full_batch_and_minibatch(tmp_path):
     jobs = _jobs(tmp_path, "diabetes")
     assert set(jobs) == {"batch=full", "batch=32"}
     full, mini = jobs["batch=full"], jobs["batch=32"]
-    assert full.data.metrics["batch_size"] == 354  # the whole training split in one step
+    assert full.data.metrics["batch"] == 354  # the whole training split in one step
     assert full.data.metrics["lr"] == pytest.approx(0.01)  # lr_scaling=none
     client = store(tmp_path)
     for job in (full, mini):

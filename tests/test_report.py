@@ -131,7 +131,7 @@ def test_a_one_epoch_job_shows_its_first_epoch_marked_with_a_footnote():
 
     def job(device: str, first_s: float) -> JobRecord:
         return JobRecord(device, device, "ok", "", {"device": device}, {"device": device, "epochs": "1"},
-                   {names.FIRST_EPOCH_S: first_s, names.BATCH_SIZE: 8})
+                   {names.FIRST_EPOCH_S: first_s, names.BATCH: 8})
 
     jobs = [job("cpu", 0.5), job("cuda", 0.25)]
     (title, table), = reference_tables(jobs)  # one batch per device: the devices are the rows of one table
@@ -176,7 +176,7 @@ def test_a_mixed_table_shows_each_jobs_quality_memory_lr_and_reason(tmp_path):
 
     seed_store(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
-    timing = {names.BATCH_SIZE: 32, names.FIRST_EPOCH_S: 0.5, names.MEDIAN_EPOCH_S: 0.25, names.TOTAL_S: 1.0,
+    timing = {names.BATCH: 32, names.FIRST_EPOCH_S: 0.5, names.MEDIAN_EPOCH_S: 0.25, names.TOTAL_S: 1.0,
               names.OVERHEAD_S: 0.1}
     cpu, gpu = {"device": "cpu"}, {"device": "cuda"}
     _log_sweep(uri, [
@@ -185,9 +185,9 @@ def test_a_mixed_table_shows_each_jobs_quality_memory_lr_and_reason(tmp_path):
         ("case=tabular", "ok", "", {**cpu, "dataset.regression": "True"},
          {**timing, names.LR: 0.0025, names.FINAL_RMSE: 12.5, names.PEAK_MB: 1040}),
         ("case=cnn_gpu", "ok", "", gpu, {**timing, names.LR: 0.1, names.FINAL_ACC: 0.5, names.PEAK_MB: 321}),
-        ("case=mnist", "unavailable", MNIST_REASON, cpu, {names.BATCH_SIZE: 32}),
-        ("case=cifar", "unavailable", CIFAR_REASON, cpu, {names.BATCH_SIZE: 32}),
-        ("case=mnist_again", "unavailable", MNIST_REASON, cpu, {names.BATCH_SIZE: 32}),
+        ("case=mnist", "unavailable", MNIST_REASON, cpu, {names.BATCH: 32}),
+        ("case=cifar", "unavailable", CIFAR_REASON, cpu, {names.BATCH: 32}),
+        ("case=mnist_again", "unavailable", MNIST_REASON, cpu, {names.BATCH: 32}),
     ])
     assert report.main(["--tracking-uri", uri, "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "report.md").read_text()

@@ -44,6 +44,6 @@ def test_a_resumed_job_moves_to_the_sweep_that_resumed_it(tmp_path):
     new_parent = next(p for p in parents if p.info.run_id != old_parent.info.run_id)
     assert job.data.tags["mlflow.parentRunId"] == new_parent.info.run_id
     assert job.data.tags["sweeps.previous_sweep"] == old_parent.info.run_id
-    assert job.data.tags["resumed"] == "true" and job.data.tags["outcome"] == "ok"
+    assert job.data.tags["job.resumed"] == "true" and job.data.tags["outcome"] == "ok"
     steps = sorted(m.step for m in store(tmp_path).get_metric_history(job.info.run_id, "train/loss"))
     assert steps == [1, 2, 3, 4, 5, 6]  # continued in the same run, each epoch once

@@ -64,7 +64,7 @@ def test_resume_with_workers_reproduces_the_loss_curve(tmp_path, monkeypatch):
         signals.install()  # the rerun: a new command, whose handlers have not seen a signal
         assert run_job(overrides) == "ok"
         resumed, run = _curve(killed, overrides)
-        assert run.data.tags["resumed"] == "true"
+        assert run.data.tags["job.resumed"] == "true"
         assert resumed == expected  # bit for bit, epochs 4 and 5 included
     finally:
         for s, handler in saved.items():

@@ -193,7 +193,7 @@ def test_a_time_limit_requeues_and_resumes_in_the_same_run(requeue_sweep):
     run = children[0]
     tags = run.data.tags
     assert tags["outcome"] == "ok" and run.info.status == "FINISHED", (tags.get("error"), _job_log(cwd))
-    assert tags["resumed"] == "true" and int(tags["slurm.restarts"]) >= 1
+    assert tags["job.resumed"] == "true" and int(tags["slurm.restarts"]) >= 1
     client = MlflowClient(f"sqlite:///{cwd / 'mlruns' / 'mlflow.db'}")
     for key in ("time/epoch_s", "train/loss", "test/acc"):
         steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, key))

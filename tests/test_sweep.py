@@ -16,7 +16,7 @@ EPOCH_METRICS = {"time/epoch_s", "time/eval_s", "phase/sum_s", "train/loss", "tr
                  "test/acc", "phase/data_ms", "phase/forward_ms", "phase/backward_ms", "phase/optimizer_ms",
                  "perf/samples_per_s", "train/lr"}
 SUMMARY_METRICS = {"time/first_epoch_s", "time/median_epoch_s", "time/total_s", "test/final_acc",
-                   "mem/peak_mb", "batch_size", "lr"}
+                   "mem/peak_mb", "batch", "lr"}
 
 
 TINY = ["dataset=synthetic", "dataset.shape=[1,8,8]", "dataset.train_size=128", "dataset.test_size=32",
@@ -51,7 +51,7 @@ def test_one_parent_run_with_every_job_nested(oom_sweep):
     assert parents[0].data.tags["sweeps.kind"] == "sweep"
     assert len(children) == 4
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
-    assert parents[0].data.tags["outcomes.ok"] == "3" and parents[0].data.tags["outcomes.oom"] == "1"
+    assert parents[0].data.tags["sweeps.outcomes.ok"] == "3" and parents[0].data.tags["sweeps.outcomes.oom"] == "1"
 
 
 def test_outcomes_and_job_names(oom_sweep):
@@ -79,7 +79,7 @@ def test_contract_metrics_params_tags_artifacts(oom_sweep):
     client = store(cwd)
     job = next(r for r in runs(cwd) if r.data.tags.get("sweeps.overrides") == "model=mlp batch=64")
     assert SUMMARY_METRICS <= set(job.data.metrics)
-    assert job.data.metrics["batch_size"] == 64
+    assert job.data.metrics["batch"] == 64
     assert job.data.metrics["lr"] == pytest.approx(0.1 * 64 / 128)  # linear scaling from 0.1 @ 128
     for key in EPOCH_METRICS:
         history = client.get_metric_history(job.info.run_id, key)
@@ -122,7 +122,7 @@ def test_error_job_is_logged_failed_and_sweep_goes_on(tmp_path):
     assert broken.data.tags["error"] == "ValueError: broken on purpose"
     assert mlp.info.status == "FINISHED" and mlp.data.tags["outcome"] == "ok"
     parent = next(r for r in runs(tmp_path) if "mlflow.parentRunId" not in r.data.tags)
-    assert parent.info.status == "FINISHED" and parent.data.tags["outcomes.error"] == "1"
+    assert parent.info.status == "FINISHED" and parent.data.tags["sweeps.outcomes.error"] == "1"
 
 
 def test_single_run_is_a_plain_run_and_cpu_allocator_oom_is_caught(tmp_path, tiny, in_process):

@@ -92,7 +92,7 @@ def test_a_killed_and_resumed_job_times_its_target_like_an_uninterrupted_one(in_
     assert runs(tmp_path, "diabetes")[-1].data.tags["outcome"] == "killed"
     assert in_process([*job, f"target.value={value}"]) == "ok"
     run = runs(tmp_path, "diabetes")[-1]
-    assert run.data.tags["resumed"] == "true"
+    assert run.data.tags["job.resumed"] == "true"
     m = run.data.metrics
     assert m["target/epochs"] == reference["target/epochs"] == _first_met(loss, value)
     first = int(m["target/epochs"])

@@ -60,9 +60,9 @@ def test_epoch_summaries_and_energy_from_the_counter():
     assert s["energy/train_j"] == pytest.approx(1350, abs=1e-3)
     assert s["energy/j_per_sample"] == pytest.approx(13.5, abs=1e-5)
     tags = tel.tags()
-    assert tags["telemetry"].startswith("GPU and host (NVML + psutil, every 1000 s): Fake GPU 0")
-    assert tags["telemetry.energy_method"] == "counter"
-    assert tags["telemetry.throttle_reasons"] == "gpu_idle, sw_power_cap"
+    assert tags["job.telemetry"].startswith("GPU and host (NVML + psutil, every 1000 s): Fake GPU 0")
+    assert tags["job.energy_method"] == "counter"
+    assert tags["job.throttle_reasons"] == "gpu_idle, sw_power_cap"
     assert fake.open == 0  # nvmlShutdown after nvmlInit
 
 
@@ -72,7 +72,7 @@ def test_energy_by_power_integration_where_the_counter_is_not_supported():
     tel, m = _script(fake, clock)
     assert m["system/gpu/energy_j"] == pytest.approx(1350)  # ∫ (200 + 100 t) dt over [1, 4]: trapezoids are exact
     assert tel.summary(100)["energy/total_j"] == pytest.approx(2250)
-    assert tel.tags()["telemetry.energy_method"] == "power_integration"
+    assert tel.tags()["job.energy_method"] == "power_integration"
     assert fake.calls["nvmlDeviceGetTotalEnergyConsumption"] == 1  # asked once, then left out
 
 
@@ -83,7 +83,7 @@ def test_a_field_the_gpu_does_not_support_is_left_out_and_a_transient_error_skip
     tel, m = _script(fake, clock)
     assert "system/gpu/fan_pct" not in m and m["system/gpu/power_w"] == pytest.approx(450)
     assert fake.calls["nvmlDeviceGetFanSpeed"] == 1
-    assert "not supported: gpu0 fan_pct" in tel.tags()["telemetry"]
+    assert "not supported: gpu0 fan_pct" in tel.tags()["job.telemetry"]
     table = list(csv.DictReader(io.StringIO(tel.csv())))
     assert "gpu0_fan_pct" not in table[0] and table[0]["gpu0_power_w"] == "" and table[1]["gpu0_power_w"] == "300.0"
 
@@ -128,7 +128,7 @@ def test_no_library_turns_gpu_telemetry_off_with_the_reason():
     tel.stop()
     assert not tel.handles and not any(k.startswith("system/gpu/") for k in m) and "system/host/rss_max_mb" in m
     assert tel.summary(10) == {}
-    assert tel.tags() == {"telemetry": "host only (psutil, every 1000 s); GPU off: no NVML "
+    assert tel.tags() == {"job.telemetry": "host only (psutil, every 1000 s); GPU off: no NVML "
                                        "(NVMLError_LibraryNotFound: NVML Shared Library Not Found)"}
 
 
@@ -136,7 +136,7 @@ def test_a_gpu_nvml_cannot_find_turns_gpu_telemetry_off():
     fake = FakeNVML(Clock())
     tel = Telemetry(1000, ["GPU-elsewhere"], nvml=fake).start()
     tel.stop()
-    assert "GPU off: GPU GPU-elsewhere not found in NVML (NVMLError_NotFound" in tel.tags()["telemetry"]
+    assert "GPU off: GPU GPU-elsewhere not found in NVML (NVMLError_NotFound" in tel.tags()["job.telemetry"]
     assert fake.open == 0
 
 
@@ -145,10 +145,10 @@ def test_no_driver_here_for_real():
         pytest.skip("NVML works on this machine")
     tel = Telemetry(1000, [0]).start()  # the real nvidia-ml-py
     tel.stop()
-    assert "GPU off: no NVML (NVMLError_" in tel.tags()["telemetry"]
+    assert "GPU off: no NVML (NVMLError_" in tel.tags()["job.telemetry"]
     cpu = for_job(1000, torch.device("cpu"))
     cpu.stop()
-    assert "GPU off: the job runs on cpu; no NVML (NVMLError_" in cpu.tags()["telemetry"]
+    assert "GPU off: the job runs on cpu; no NVML (NVMLError_" in cpu.tags()["job.telemetry"]
     assert machine.fingerprint()["nvml"].startswith("NVMLError_") and machine.environment_tags()["env.driver"] == "none"
 
 
@@ -182,7 +182,7 @@ def test_interval_zero_is_off():
     tel.epoch_start(1)
     assert tel.epoch_end(1) == {} and tel.rows == [] and tel.summary(10) == {}
     tel.stop()
-    assert tel.tags() == {"telemetry": "off (telemetry.interval_s=0)"}
+    assert tel.tags() == {"job.telemetry": "off (telemetry.interval_s=0)"}
 
 
 def test_the_thread_samples_on_its_interval_and_stops():
@@ -228,10 +228,10 @@ def test_cli_jobs_log_host_telemetry_and_say_why_gpu_is_off(cli_sweep):
     assert set(jobs) == {"model=oom_above", "model=mlp", "model=interrupt_after"}, proc.stderr[-3000:]
     client = store(cwd)
     ok = jobs["model=mlp"]
-    assert ok.data.tags["telemetry"].startswith("host only (psutil, every 0.02 s); GPU off: the job runs on cpu")
+    assert ok.data.tags["job.telemetry"].startswith("host only (psutil, every 0.02 s); GPU off: the job runs on cpu")
     # a machine's trait, said once per sweep (every job's run keeps it in its tag)
     assert proc.stdout.count("telemetry: host only") + proc.stderr.count("telemetry: host only") == 1
-    assert all(r.data.tags["telemetry"] == ok.data.tags["telemetry"] for r in jobs.values())
+    assert all(r.data.tags["job.telemetry"] == ok.data.tags["job.telemetry"] for r in jobs.values())
     for key in ("system/host/cpu_pct", "system/host/rss_max_mb", "system/host/sys_mem_used_max_mb"):
         # epoch 1 always has its edge samples; epoch 2 (a few ms) only if 50 ms passed since the last
         assert 1 in [m.step for m in client.get_metric_history(ok.info.run_id, key)], key

@@ -18,7 +18,7 @@ def _job(batch: float, lr: float, steps: float | None, samples_per_epoch: int = 
     """An ok training job at ``batch`` and ``lr``; ``steps`` to target, or None: it missed it."""
     epoch_s = epoch_s or {32: 2.0, 64: 1.0, 128: 0.6}[batch]  # 4000, 8000, 13333 samples/s: no knee
     swept = {"batch": f"{batch:.0f}", "optimizer.lr": f"{lr}", **(swept or {})}
-    m = {names.BATCH_SIZE: batch, names.LR: lr, names.MEDIAN_EPOCH_S: epoch_s, **metrics}
+    m = {names.BATCH: batch, names.LR: lr, names.MEDIAN_EPOCH_S: epoch_s, **metrics}
     tags = {names.TARGET_TAG: names.TARGET_MISSED if steps is None else names.TARGET_REACHED, names.ENV_GPUS: "none"}
     if steps is not None:
         m.update({names.TARGET_STEPS: steps, names.TARGET_SAMPLES: steps * batch,
@@ -121,7 +121,7 @@ def study5(tmp_path):
         (f"device={device} dataset.train_size={rows}",
          {"model": "mlp_tabular", "dataset": "synthetic", "device": device, "dataset.train_size": rows,
           names.TRAIN_EXAMPLES: rows, **price},
-         {names.BATCH_SIZE: rows, names.LR: 0.01, names.MEDIAN_EPOCH_S: t, names.FIRST_EPOCH_S: t})
+         {names.BATCH: rows, names.LR: 0.01, names.MEDIAN_EPOCH_S: t, names.FIRST_EPOCH_S: t})
         for (device, rows), t in STUDY5.items()])
     return tmp_path, uri, parent
 
@@ -194,7 +194,7 @@ def test_without_a_price_there_is_no_money(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
     _log_sweep(uri, "free", [(f"batch={b}", {"model": "mlp", "dataset": "mnist10k", "device": "cpu",
                                               "cost.per_hour": "None", names.TRAIN_EXAMPLES: 8000},
-                              {names.BATCH_SIZE: b, names.LR: 0.1, names.MEDIAN_EPOCH_S: t})
+                              {names.BATCH: b, names.LR: 0.1, names.MEDIAN_EPOCH_S: t})
                              for b, t in ((32, 2.0), (64, 1.2), (128, 1.1))])
     assert report.main(["--tracking-uri", uri, "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "report.md").read_text()

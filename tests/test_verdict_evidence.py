@@ -153,13 +153,13 @@ def logged_grid(tmp_path):
     parent = _log_sweep(uri, "grid", [
         (f"batch={b}", {"model": "mlp", "dataset": "mnist10k", "device": "cpu", names.TRAIN_EXAMPLES: 8000,
                         names.TARGET_METRIC_PARAM: "test/acc", "target.value": 0.8, "cost.per_hour": "None"},
-         {names.BATCH_SIZE: b, names.LR: 0.1, names.MEDIAN_EPOCH_S: epoch_s[b], names.FINAL_ACC: curves[b][-1],
+         {names.BATCH: b, names.LR: 0.1, names.MEDIAN_EPOCH_S: epoch_s[b], names.FINAL_ACC: curves[b][-1],
           names.TARGET_EPOCHS: 2, names.TARGET_STEPS: 2 * 8000 // b, names.TARGET_SAMPLES: 16000,
           names.TO_TARGET_S: 2 * (epoch_s[b] + 0.1)})
         for b in curves])
     client = MlflowClient(uri)
     for run in client.search_runs([client.get_run(parent).info.experiment_id], f"tags.`{names.PARENT_RUN_TAG}` = '{parent}'"):
-        batch = int(run.data.metrics[names.BATCH_SIZE])
+        batch = int(run.data.metrics[names.BATCH])
         client.log_text(run.info.run_id, _epochs_csv(curves[batch], epoch_s[batch], batch), "epochs.csv")
     return tmp_path, uri, parent
 

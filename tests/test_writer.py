@@ -154,16 +154,16 @@ def test_a_resumed_run_does_not_log_its_step_0_values_twice(tmp_path):
     each keeps one point at step 0; a value that changed is still logged, and a new one."""
     client, exp = _client(tmp_path)
     first = RunWriter(client, exp, "job", None, {})
-    first.log_metrics({names.BATCH_SIZE: 64, names.LR: 0.1})
+    first.log_metrics({names.BATCH: 64, names.LR: 0.1})
     first.log_metrics({"train/loss": 1.0}, step=1)
     first.end("KILLED")
     again = RunWriter.attach(client, first.run_id)
-    again.log_metrics({names.BATCH_SIZE: 64, names.LR: 0.2, names.FLOPS_PER_EXAMPLE: 10.0})
+    again.log_metrics({names.BATCH: 64, names.LR: 0.2, names.FLOPS_PER_EXAMPLE: 10.0})
     again.log_metrics({"train/loss": 0.5}, step=2)
     again.end("FINISHED")
     history = {k: sorted((m.step, m.value) for m in client.get_metric_history(first.run_id, k))
-               for k in (names.BATCH_SIZE, names.LR, names.FLOPS_PER_EXAMPLE, "train/loss")}
-    assert history[names.BATCH_SIZE] == [(0, 64.0)]
+               for k in (names.BATCH, names.LR, names.FLOPS_PER_EXAMPLE, "train/loss")}
+    assert history[names.BATCH] == [(0, 64.0)]
     assert sorted(v for _, v in history[names.LR]) == [0.1, 0.2]
     assert history[names.FLOPS_PER_EXAMPLE] == [(0, 10.0)] and history["train/loss"] == [(1, 1.0), (2, 0.5)]
 

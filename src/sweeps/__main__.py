@@ -13,7 +13,7 @@ native code (torch, a BLAS, sqlite, a driver) prints every thread's Python stack
 The process ends without the interpreter's teardown (`exit_now`): once the command is done
 and every ``atexit`` hook has run, freeing torch's, MLflow's and scikit-learn's modules object by
 object and unloading their native libraries only delays the shell's prompt — by 1.2-1.6 s for a
-one-epoch tabular job, and by 0.7 s after a bare ``import torch``, on the 2-core CI machine kind.
+one-epoch tabular job, and by 0.7 s after a bare ``import torch``, on 2 CPU cores.
 """
 import faulthandler
 import os

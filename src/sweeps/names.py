@@ -37,6 +37,10 @@ DDP_BACKENDS = ("auto", "nccl", "gloo")
 PHASES = ("data", "forward", "backward", "optimizer")  # the timed phases of a training step
 
 # ── tags ────────────────────────────────────────────────────────────────────────────────────
+# The tag scheme (docs/reading-results.md, "Tags"): outcome and error bare (what every job run is
+# filtered by); job.* how the job ran (its conditions: loader, threads, lr source, compiled, ...);
+# diag.* what holds the job back; env.* the machine; slurm.* the Slurm job; sweeps.* the tool's
+# bookkeeping (identity, ownership, the sweep's structure and verdict); mlflow.* MLflow's own.
 OUTCOME_TAG, ERROR_TAG = "outcome", "error"
 OVERRIDES_TAG = "sweeps.overrides"  # the job's swept key=value pairs
 HASH_TAG = "sweeps.config_hash"  # a job's identity (resume): its config, data, hardware and the user's code
@@ -47,7 +51,7 @@ CODE_FILES_TAG = "sweeps.code_files"  # JSON {relative path: 8 hex of its conten
 CODE_DIRTY_TAG = "sweeps.code_dirty"  # true/false: the user's git work tree differs from mlflow.source.git.commit
 CODELESS_HASH_TAG = "sweeps.config_hash_without_code"  # finds the run a job with edited code would have reused
 PID_TAG, HOST_TAG = "sweeps.pid", "sweeps.host"  # who owns a RUNNING run
-RESUMED_TAG = "resumed"
+RESUMED_TAG = "job.resumed"
 PREVIOUS_PARENT_TAG = "sweeps.previous_sweep"  # a resumed job's earlier parent run (it moved to the new sweep)
 KIND_TAG = "sweeps.kind"  # "sweep" on a parent run
 STOPPED_TAG = "sweeps.stopped"  # why a sweep stopped early (bad input, a signal)
@@ -62,17 +66,19 @@ SKIPPED_TAG_PREFIX = "sweeps.skipped."  # + config hash, on the parent run: a jo
 RUNNING_ELSEWHERE_TAG_PREFIX = "sweeps.running_elsewhere."
 REUSED_JOB_TAG_PREFIX = "sweeps.reused_job."
 CLAIM_FILE = "claim.lock"  # <checkpoint.dir>/<config hash>/claim.lock: flock-ed by the process running that config
-OUTCOMES_TAG_PREFIX = "outcomes."  # + outcome, on the parent run: how many jobs ended so
+OUTCOMES_TAG_PREFIX = "sweeps.outcomes."  # + outcome, on the parent run: how many jobs ended so
 PARENT_RUN_TAG = "mlflow.parentRunId"
-TELEMETRY_TAG = "telemetry"
+TELEMETRY_TAG = "job.telemetry"  # what was sampled, or why GPU telemetry is off
+# with GPU telemetry: how energy was measured (counter, power_integration) and the clock-event reasons seen
+ENERGY_METHOD_TAG, THROTTLE_REASONS_TAG = "job.energy_method", "job.throttle_reasons"
 CHECKPOINTS_TAG = "sweeps.checkpoints"  # "off: <why>" when a full disk stopped checkpoints or the journal mid-job
-LOADER_TAG = "data.loader"  # the loader a training job used and how its worker count was chosen
-THREADS_TAG = "torch.threads"  # torch's intra-op CPU threads the job ran with, and who chose them
-HEAP_TAG = "host.malloc"  # how the job's C library kept freed heap (device.malloc_trim_mb)
-OPTIMIZER_TAG = "torch.optimizer"  # the optimizer class and the implementation it steps with (optimizer.impl)
-PEAK_TAG = "perf.peak"  # the datasheet peak MFU is measured against
-LR_TAG = "lr.source"  # where the job's lr came from: "lr 0.025 = base_lr 0.1 × 32/128 (linear)" or "lr 0.05 (as written, no scaling)"
-MAX_BATCH_BOUND_TAG = "max_batch.bound"
+LOADER_TAG = "job.loader"  # the loader a training job used and how its worker count was chosen
+THREADS_TAG = "job.threads"  # torch's intra-op CPU threads the job ran with, and who chose them
+HEAP_TAG = "job.malloc"  # how the job's C library kept freed heap (device.malloc_trim_mb)
+OPTIMIZER_TAG = "job.optimizer"  # the optimizer class and the implementation it steps with (optimizer.impl)
+PEAK_TAG = "job.peak"  # the datasheet peak MFU is measured against
+LR_TAG = "job.lr_source"  # where the job's lr came from: "lr 0.025 = base_lr 0.1 × 32/128 (linear)" or "lr 0.05 (as written, no scaling)"
+MAX_BATCH_BOUND_TAG = "job.max_batch_bound"
 TARGET_TAG = "sweeps.target"  # with a target: "reached", or "missed" (all epochs ran without reaching it)
 TARGET_REACHED, TARGET_MISSED = "reached", "missed"
 TARGET_MODE_PARAM = "target.mode"  # max (reached when ≥ value) or min
@@ -83,7 +89,7 @@ COST_PER_HOUR_PARAM, COST_CURRENCY_PARAM = "cost.per_hour", "cost.currency"  # a
 VERDICT_TAG = "sweeps.verdict"  # on a sweep's parent run: the report's verdict, one paragraph per group
 VERDICT_TAG_PREFIX = "sweeps.verdict."  # + a group's label (model:mlp dataset:mnist10k): its paragraph
 TARGET_MODES = ("max", "min")  # target.mode: reached when the metric is ≥ (max) or ≤ (min) the value
-COMPILED_TAG = "compiled"  # compile=true: "true", or "false (why)" — whether the model really ran compiled
+COMPILED_TAG = "job.compiled"  # compile=true: "true", or "false (why)" — whether the model really ran compiled
 ENV_TAG_PREFIX = "env."  # the machine: env.host, env.gpus, env.torch, ... (sweeps.provenance.machine)
 ENV_HOST, ENV_CPU, ENV_CORES, ENV_PHYSICAL_CORES = "env.host", "env.cpu", "env.cores", "env.physical_cores"
 ENV_RAM_GB, ENV_OS, ENV_GPUS, ENV_GPU_MEMORY_GB = "env.ram_gb", "env.os", "env.gpus", "env.gpu_memory_gb"
@@ -197,7 +203,7 @@ EPOCH_P10_S, EPOCH_P90_S, EPOCH_MAD_S = "time/epoch_p10_s", "time/epoch_p90_s", 
 OTHER_CPU_MEAN_PCT = "system/host/other_cpu_mean_pct"  # mean of system/host/other_cpu_pct over epochs 2+
 FINAL_ACC, FINAL_RMSE = "test/final_acc", "test/final_rmse"
 PEAK_MB = "mem/peak_mb"
-BATCH_SIZE, LR = "batch_size", "lr"  # numeric copies of the knobs people sort by (params are text)
+BATCH, LR = "batch", "lr"  # numeric copies of the knobs people sort by (params are text): the param batch, as a number
 # the job's throughput (samples/s): training examples per epoch ÷ time/median_epoch_s (epochs 2 on; a
 # 1-epoch job: its one epoch); the verdict's samples/s (sweeps.train.loop.summarize)
 MEDIAN_SAMPLES_PER_S = "perf/median_samples_per_s"
@@ -219,9 +225,28 @@ MAX_BATCH_TRIALS = "max_batch/trials"
 TO_TARGET_S = "time/to_target_s"
 TARGET_EPOCHS, TARGET_SAMPLES, TARGET_STEPS = "target/epochs", "target/samples", "target/steps"
 
+# Where a step's time goes (sweeps.train.profile_window, sweeps.bottleneck): a profiled window of
+# steps after the timed epochs; each part's share of the step (%), at step 0
+DIAG_PARTS = ("data", "host", "compute", "optimizer", "communication")
+
+
+def diag_pct(part: str) -> str:
+    """``diag/<part>_pct``: the share (%) of a profiled step spent in ``part`` (one of `DIAG_PARTS`)."""
+    return f"diag/{part}_pct"
+
+
+DIAG_STEP_MS, DIAG_WALL_STEP_MS = "diag/step_ms", "diag/wall_step_ms"  # profiled step: from the trace; host clock
+DIAG_KERNELS_PER_STEP, DIAG_MEDIAN_KERNEL_US = "diag/kernels_per_step", "diag/median_kernel_us"  # GPU only
+DIAG_DEVICE_IDLE_PCT = "diag/device_idle_pct"  # GPU only: share of the step no kernel runs
+DIAG_METRICS = (*map(diag_pct, DIAG_PARTS), DIAG_STEP_MS, DIAG_WALL_STEP_MS, DIAG_KERNELS_PER_STEP,
+                DIAG_MEDIAN_KERNEL_US, DIAG_DEVICE_IDLE_PCT)
+# the named bottleneck (sweeps.bottleneck.CLASSES), the rule and figures behind it, the advised overrides ("; "-joined)
+BOTTLENECK_TAG, DIAG_EVIDENCE_TAG, DIAG_ADVICE_TAG = "diag.bottleneck", "diag.evidence", "diag.advice"
+DIAG_TRACE = "diag/trace.json"  # artifact: the profiled window's Chrome trace (Perfetto, chrome://tracing)
+
 SUMMARY_METRICS = (FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S, COMPILE_S, WARMUP_S, JOB_S, OVERHEAD_S, OVERHEAD_FRAC,
                    EPOCH_P10_S, EPOCH_P90_S, EPOCH_MAD_S, OTHER_CPU_MEAN_PCT, FINAL_ACC, FINAL_RMSE, PEAK_MB,
-                   BATCH_SIZE, LR, PARAMS, WORLD_SIZE, FLOPS_PER_EXAMPLE, PEAK_FLOPS, MAX_BATCH,
+                   BATCH, LR, PARAMS, WORLD_SIZE, FLOPS_PER_EXAMPLE, PEAK_FLOPS, MAX_BATCH,
                    MAX_BATCH_PEAK_MB, MAX_BATCH_TRIALS, ENERGY_TOTAL_J, ENERGY_TRAIN_J, ENERGY_J_PER_SAMPLE,
                    INFER_MEDIAN_MS, INFER_MEAN_MS, INFER_MIN_MS, INFER_P10_MS, INFER_P90_MS, INFER_STD_MS,
                    INFER_WALL_S, SAMPLES_PER_S,  # perf/samples_per_s: a summary of inference jobs only
@@ -231,10 +256,26 @@ SERIES_METRICS = (INFER_ITER_MS, *MAX_BATCH_TRIAL_METRICS, REQUEUE_LOST_S)
 REPORT_METRICS = (SCALING_EFFICIENCY,)  # computed by the report, not logged by a job
 
 ALL_METRICS = frozenset((*EPOCH_METRICS, *DDP_EPOCH_METRICS, *TELEMETRY_EPOCH_METRICS, *SUMMARY_METRICS,
-                         *SERIES_METRICS, *REPORT_METRICS, *SYSTEM_METRICS))
+                         *SERIES_METRICS, *REPORT_METRICS, *SYSTEM_METRICS, *DIAG_METRICS))
 
-# Names the machine figures had before they moved under SYSTEM_PREFIX ("host/cpu_pct" is now
-# "system/host/cpu_pct"): the report reads runs logged under either (sweeps.report.runs).
-FORMER_NAMES = {name: name.removeprefix(SYSTEM_PREFIX)
-                for name in (*TELEMETRY_EPOCH_METRICS, OTHER_CPU_PCT, OTHER_CPU_MEAN_PCT)}
+# Names metrics had before (the report reads runs logged under either: sweeps.report.runs): the
+# machine figures before they moved under SYSTEM_PREFIX ("host/cpu_pct" is now "system/host/cpu_pct").
+# The batch size's metric was "batch_size" before it took the param's name.
+FORMER_NAMES = {**{name: name.removeprefix(SYSTEM_PREFIX)
+                   for name in (*TELEMETRY_EPOCH_METRICS, OTHER_CPU_PCT, OTHER_CPU_MEAN_PCT)},
+                BATCH: "batch_size"}
+# The tags a job's conditions had before they took the job.* prefix of the tag scheme (docs/reading-results.md,
+# "Tags"): the report reads runs tagged under either.
+FORMER_TAGS = {RESUMED_TAG: "resumed", TELEMETRY_TAG: "telemetry", COMPILED_TAG: "compiled", LOADER_TAG: "data.loader",
+               THREADS_TAG: "torch.threads", HEAP_TAG: "host.malloc", OPTIMIZER_TAG: "torch.optimizer",
+               PEAK_TAG: "perf.peak", LR_TAG: "lr.source", MAX_BATCH_BOUND_TAG: "max_batch.bound",
+               ENERGY_METHOD_TAG: "telemetry.energy_method", THROTTLE_REASONS_TAG: "telemetry.throttle_reasons"}
 
+
+# ── bundles: python -m sweeps.bundle export / import (sweeps.bundle) ────────────────────────
+# Tags an imported run carries (the source run's own tags are copied as they were): where it came from,
+# its identity (the source run's id: a run is imported once, however often its bundles are), and the
+# digest of the bundle content it was completed from (set last: an interrupted import lacks it).
+IMPORTED_FROM_TAG = "sweeps.imported_from"  # "<source host>: <source store URI>, run <source run id>"
+IMPORT_SOURCE_RUN_TAG = "sweeps.import.source_run"  # the source run's MLflow run id
+IMPORT_DIGEST_TAG = "sweeps.import.digest"  # sha256 (hex) of the run's members in the bundle it completed from

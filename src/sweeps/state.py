@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 @dataclass
 class ProcessState:
@@ -31,6 +32,7 @@ class ProcessState:
     - ``signals``: SIGINT/SIGTERM numbers received since the handlers were installed, in order;
     - ``cuda_lost``: the one line of a sticky CUDA error ("" while the CUDA context is fine);
     - ``cuda_contexts``: CUDA indices (this process's numbering) where a job made a context;
+    - ``device_kind``: the kind of device (`sweeps.devices.DeviceKind`) the latest job was placed on (None: none yet);
     - ``pool_waited_s``: seconds the latest GPU-pool claim waited (s);
     - ``pool_held``: the running job's pool GPUs (NVML UUIDs);
     - ``said``: the machine notices said so far (`said_once`);
@@ -53,6 +55,7 @@ class ProcessState:
     signals: list[int] = field(default_factory=list)
     cuda_lost: str = ""
     cuda_contexts: set[int] = field(default_factory=set)
+    device_kind: Any = None
     pool_waited_s: float = 0.0
     pool_held: list[str] = field(default_factory=list)
     said: set = field(default_factory=set)

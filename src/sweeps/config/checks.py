@@ -15,7 +15,7 @@ from omegaconf import DictConfig, ListConfig
 from sweeps import names
 from sweeps.config.lr import LR_KEYS
 from sweeps.config.options import OWN_KEYS
-from sweeps.config.targets import option_name
+from sweeps.config.targets import locate, option_name
 from sweeps.errors import UsageError
 
 KEYS_HINT = "python -m sweeps --cfg job lists every key"
@@ -75,6 +75,8 @@ def validate(cfg: DictConfig) -> None:
                          "or null (glibc's own default)")
     if cfg.device.name == "ddp":  # data parallel: see sweeps.job.ddp
         _validate_ddp(cfg)
+    if cfg.device.get("_target_"):  # a device kind of the user's: it imports (sweeps.devices.from_config)
+        locate(cfg.device, "device")
     checkpoints = Path(str(cfg.checkpoint.dir)).expanduser()
     if checkpoints.exists() and not checkpoints.is_dir():
         raise UsageError(f"checkpoint.dir={cfg.checkpoint.dir} is a file, not a folder: remove it or set "

@@ -111,6 +111,20 @@ class DDPDevice(Device):
     timeout_s: float = 300.0  # bound on every collective (and the rendezvous), seconds
 
 
+@dataclass
+class KindDevice(Device):
+    """A device option of a kind of the user's own (docs/architecture.md, "Adding a device"): its
+    YAML extends ``schema/device/kind`` and names the kind's class, a subclass of
+    ``sweeps.devices.DeviceKind``, by ``_target_`` (`sweeps.devices.from_config`)."""
+
+    _target_: str = MISSING  # the kind's class, built with no arguments
+    index: Optional[int] = None  # which device of a kind of many (None: its only one)
+
+
+# Stored as schema/device/kind beside OPTION_SCHEMAS (no option of sweeps' own conf/ extends it).
+KIND_SCHEMA = ("device", "kind", KindDevice)
+
+
 # ── lr_scaling: lr = optimizer.base_lr × f(batch / base_batch), see sweeps.config.lr ──
 @dataclass
 class LRScaling:

@@ -23,7 +23,7 @@ from hydra.plugins.config_source import ConfigSource
 from omegaconf import MISSING, OmegaConf
 
 from sweeps.config import catalog, presets
-from sweeps.config.options import OPTION_SCHEMAS
+from sweeps.config.options import KIND_SCHEMA, OPTION_SCHEMAS
 from sweeps.config.catalog import CONF_DIR  # noqa: F401 — sweeps.config.CONF_DIR, where users and tests find it
 
 
@@ -79,6 +79,14 @@ class TargetConfig:
 
 
 @dataclass
+class DiagConfig:
+    """Where a step's time goes: a profiled window after the timed epochs (`sweeps.train.profile_window`)."""
+
+    steps: int = 20  # training steps profiled after the timed epochs (0: no window, no diagnosis)
+    warmup_steps: int = 3  # steps run first, not recorded
+
+
+@dataclass
 class CostConfig:
     # price of one hour of a device: a number for every device, or {cpu: 0.1, cuda: 2.5} per device type;
     # None: no money figures (sweeps.report.cost). Checked by sweeps.config.checks.validate.
@@ -118,6 +126,7 @@ class Config:
     max_batch: MaxBatchConfig = field(default_factory=MaxBatchConfig)
     timing: TimingConfig = field(default_factory=TimingConfig)
     cost: CostConfig = field(default_factory=CostConfig)
+    diag: DiagConfig = field(default_factory=DiagConfig)
 
 
 def _copy_sharing_the_store(source: ConfigSource, memo: dict) -> ConfigSource:
@@ -164,3 +173,5 @@ def register() -> None:
     for group, options in OPTION_SCHEMAS.items():
         for name, node in options.items():
             cs.store(group=f"schema/{group}", name=name, node=node)
+    group, name, node = KIND_SCHEMA  # a device option of the user's own kind
+    cs.store(group=f"schema/{group}", name=name, node=node)

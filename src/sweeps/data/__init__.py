@@ -4,7 +4,7 @@ the device (`sweeps.data.device_loader`).
 
 Owns: [`DataSpec`][sweeps.data.spec.DataSpec] (what a model needs to know of the data), [`build_datasets`][sweeps.data.datasets.build_datasets],
 `make_loaders`, `device_loaders`. Imports: torch, torchvision, scikit-learn,
-`sweeps.config`, `sweeps.names`, [`sweeps.errors`][sweeps.errors].
+`sweeps.devices` (pinning), `sweeps.config`, `sweeps.names`, [`sweeps.errors`][sweeps.errors].
 """
 from sweeps.data.datasets import build_datasets
 from sweeps.data.spec import DataSpec

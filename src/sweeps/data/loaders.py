@@ -9,6 +9,7 @@ from omegaconf import DictConfig
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset, TensorDataset, get_worker_info
 
 from sweeps.data.indexed import IndexedBatches
+from sweeps.devices import of
 
 
 def in_memory(ds: Dataset) -> bool:
@@ -160,7 +161,7 @@ def make_loaders(train: Dataset, test: Dataset, batch: int, device: torch.device
     `TensorBatches` for in-memory tensors, a DataLoader for everything else (with workers,
     an `EpochKeyedSampler` so that a resumed job draws the same examples and
     augmentations as one that never stopped)."""
-    pin = device.type == "cuda"  # page-locked batches: asynchronous host-to-device copies
+    pin = of(device).pin_memory()  # the kind's (CUDA): page-locked batches, asynchronous host-to-device copies
     if isinstance(train, TensorDataset) and isinstance(test, TensorDataset):
         return TensorBatches(train, batch, True, seed, pin), TensorBatches(test, min(batch, len(test)), False, pin=pin)
     common = dict(num_workers=workers, pin_memory=pin, persistent_workers=workers > 0)

@@ -1,6 +1,6 @@
 """Data-parallel training (``device=ddp``): start and supervise ``device.gpus`` processes.
 
-The job process (its `JobRun` has opened the MLflow run) starts N
+The job process (its `Job` has opened the MLflow run) starts N
 ranks with torch's own launcher (`torch.distributed.launcher.api.elastic_launch`,
 torchrun's ``--standalone`` semantics: one node, a c10d rendezvous on a free local port, no
 restarts), NCCL on GPUs, Gloo on the CPU. Each rank runs the same training code as one device
@@ -59,7 +59,7 @@ def launch(job, journal: Path) -> None:
     """Run the job's task on ``device.gpus`` ranks and wait for them; afterwards (on every
     ending) ``job.epochs.records`` holds rank 0's records from ``journal``.
 
-    ``job`` is the `JobRun` whose run is open: its ``cfg``,
+    ``job`` is the `Job` whose run is open: its ``cfg``,
     ``run_id``, ``checkpoints.directory`` and ``resume_state`` are passed on to the ranks.
 
     Raises:

@@ -1,6 +1,6 @@
 """The end of a job, on every path: stop the sampler, log what was measured, close the run.
 
-Called once per job by `sweeps.job.lifecycle.JobRun` with signals held back. Each step is
+Called once per job by `sweeps.job.lifecycle.Job` with signals held back. Each step is
 independent: one that fails (a full disk, a store that went away) is reported in one line and
 the others still run, so the outcome tag and the run status are always written last.
 """
@@ -40,7 +40,7 @@ def overhead(job, records: list[dict]) -> dict[str, float]:
 
 
 def finish(job, outcome: str, error: str, oom_peak_mb: float | None = None) -> None:
-    """Close ``job`` (a `JobRun`) with ``outcome`` and the one-line
+    """Close ``job`` (a `Job`) with ``outcome`` and the one-line
     ``error``: job-level metrics (`Task.summarize` of its records, telemetry), artifacts
     (``epochs.csv``, ``telemetry.csv``/``.png``), the ``outcome``/``error`` tags and the run
     status, then the run's folder (checkpoints, journal) cleared once done and every value sent, or

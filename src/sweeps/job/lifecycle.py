@@ -1,4 +1,4 @@
-"""One job: config → task → `JobRun` (its MLflow run, signals, outcome) → device → work.
+"""One job: config → task → `Job` (its MLflow run, signals, outcome) → device → work.
 
 A job never raises for a failure of its own (OOM, a crash, a missing device, a diverged loss): the
 job context logs the outcome and the sweep goes on. Bad input ([`UsageError`][sweeps.errors.UsageError]) stops the
@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from sweeps import names
+from sweeps import devices, names
 from sweeps.errors import DataUnavailable, UsageError, describe, signal_exception
 from sweeps.job import identity, progress
 from sweeps.job.finish import finish
@@ -64,8 +64,8 @@ def _hydra_context() -> tuple[str, dict[str, str], bool]:
     return name, choices, multirun
 
 
-class JobRun:
-    """The context of one job (``with JobRun(...) as job:``): it opens the job's MLflow run (or
+class Job:
+    """The context of one job (``with Job(...) as job:``): it opens the job's MLflow run (or
     reopens a killed one to resume it), and on every way out of the block — ok, oom, diverged,
     error, unavailable, SIGINT/SIGTERM anywhere, a second signal while finishing — flushes what
     was measured and writes the outcome and the run status exactly once
@@ -100,7 +100,7 @@ class JobRun:
     def run_id(self) -> str:
         return self.writer.run_id
 
-    def __enter__(self) -> "JobRun":
+    def __enter__(self) -> "Job":
         with signals.held() as pending:
             self._open()
         if pending:  # the run exists: close it as killed, then stop as the signal asked
@@ -153,7 +153,7 @@ class JobRun:
         self.writer.follow()  # the follower ships the journal from the run's cursor, from now on
         self.launcher.on_open(self)  # under Slurm: its job id tags, requeue time lost, checkpoint-then-requeue
         if data is not None:
-            self.writer.log_metrics({names.BATCH_SIZE: data.batch, names.LR: data.lr})
+            self.writer.log_metrics({names.BATCH: data.batch, names.LR: data.lr})
             self.writer.queue_tags({names.LR_TAG: data.lr_source})
             log.info("  batch %d, %s, %d train / %d test examples", data.batch, data.lr_source,
                      len(data.train), len(data.test))
@@ -166,7 +166,7 @@ class JobRun:
                 if not self.task.regression:  # the verdict tells a run stuck at chance accuracy by it
                     self.writer.log_params({names.CLASSES_PARAM: str(data.spec.num_outputs)})
         elif isinstance(cfg.batch, int):
-            self.writer.log_metrics({names.BATCH_SIZE: cfg.batch})
+            self.writer.log_metrics({names.BATCH: cfg.batch})
 
     def _title(self) -> str:
         return naming.job_title(self.cfg, self.choices, self.name, self.multirun)
@@ -181,9 +181,9 @@ class JobRun:
             if self.outcome is None:
                 outcome, error = self._classify(exc)
                 peak = None
-                if outcome == names.OOM and self.device is not None and self.device.type == "cuda" \
+                if outcome == names.OOM and self.device is not None \
                         and self.cfg.device.name != "ddp":  # ddp: the ranks measured it; no context on cuda:0 here
-                    peak = torch.cuda.max_memory_allocated(self.device) / 2**20  # higher than any epoch's
+                    peak = devices.of(self.device).peak_mb(self.device)  # CUDA's: higher than any epoch's (CPU: none)
                 if tb is not None:  # free the failed frames' tensors before memory is released
                     traceback.clear_frames(tb)
                 finish(self, outcome, error, peak)
@@ -332,7 +332,7 @@ def _run_job(cfg: DictConfig, task: Task, client, experiment_id: str, name: str,
         missing = e
     # hydra/launcher=gpu_pool: a GPU (or CPU share) of its own, held before the run opens (its
     # logged device.index is the GPU it runs on); the wait for it is not the job's overhead
-    job = JobRun(cfg, task, client, experiment_id, name, choices, multirun, chash, previous,
+    job = Job(cfg, task, client, experiment_id, name, choices, multirun, chash, previous,
                  started_at, identity_tags)
     job.launcher = launcher
     try:

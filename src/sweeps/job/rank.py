@@ -1,8 +1,8 @@
 """One rank of a data-parallel job (``device=ddp``): the process torch's launcher starts N times.
 
 Each rank joins the process group, builds the job's data and runs the same
-`sweeps.tasks.train.TrainTask.run` as a one-device job, with a `RankRun` in the place
-of the job process's `JobRun`:
+`sweeps.tasks.train.TrainTask.run` as a one-device job, with a `RankJob` in the place
+of the job process's `Job`:
 
 - rank 0 logs each epoch as it ends into the job's MLflow run (opened, and later closed, by the
   job process), appends it to the run's journal, prints the console rows and saves checkpoints;
@@ -76,16 +76,16 @@ class _Silent:
     def log_metrics(self, *args, **kwargs) -> None:
         pass
 
-    set_tags = queue_tags = log_params = log_text = log_bytes = post = log_metrics
+    set_tags = queue_tags = log_params = log_text = log_bytes = log_file = post = log_metrics
     send_pending = log_series = log_summary = append = close = flush = log_metrics
 
     def due(self, epoch: int) -> bool:
         return False
 
 
-class RankRun:
+class RankJob:
     """The job as one rank sees it: what `Task.run` uses of a
-    `JobRun` — `writer`, `epochs`, `checkpoints`,
+    `Job` — `writer`, `epochs`, `checkpoints`,
     `resume_state`, `telemetry`, `log`. Rank 0's write to the job's run
     (without changing its status), journal and checkpoint folder; telemetry samples rank 0's
     process and every rank's GPU (`job_gpus`; its per-epoch metrics join the records)."""
@@ -157,7 +157,7 @@ def main(spec: RankSpec) -> None:
         host_heap.retain(cfg.device.get("malloc_trim_mb"))  # as the job process did (its tag says how)
         task = create(cfg)
         task.prepare()  # seeded: every rank builds the same data
-        watchdog.job = RankRun(spec, cfg, task.regression, rank, device)
+        watchdog.job = RankJob(spec, cfg, task.regression, rank, device)
         task.run(watchdog.job, device)
     except BaseException as e:  # Terminated and KeyboardInterrupt too: flush, then exit
         code = _failed(spec.work_dir, rank, e)
@@ -197,7 +197,7 @@ class _Watchdog:
     30 s later, and rank 0's queued metrics would be lost."""
 
     def __init__(self):
-        self.job: RankRun | None = None
+        self.job: RankJob | None = None
         self._done = threading.Event()
         read, write = os.pipe()
         os.set_blocking(write, False)

@@ -33,7 +33,7 @@ class Launcher:
         return None
 
     def on_open(self, job) -> None:
-        """Called by the job (a `JobRun`) once its run is open.
+        """Called by the job (a `Job`) once its run is open.
         A run inside any Slurm job (``sbatch``, ``srun``) gets its Slurm tags
         (`sweeps.launchers.slurm.requeue.on_open`; outside Slurm it does nothing)."""
         requeue.on_open(job)

@@ -1,2 +1,2 @@
-"""Where a job runs: ``device`` (device resolution, driver and compiler preflight, the
-data-parallel backend) and ``gpu_pool`` (one job per GPU, claimed by lock files)."""
+"""Where a job runs: ``device`` (device resolution onto a kind of `sweeps.devices`, driver and
+compiler preflight, the data-parallel backend) and ``gpu_pool`` (one job per GPU, claimed by lock files)."""

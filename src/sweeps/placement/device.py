@@ -1,4 +1,5 @@
-"""Which device a job runs on: ``auto``, ``cpu``, ``cuda`` (``device.index``) or ``ddp``; and the
+"""Which device a job runs on: ``auto``, ``cpu``, ``cuda`` (``device.index``), ``ddp``, or a kind
+of the user's (``device._target_``), each placed on its kind of `sweeps.devices`; and the
 checks that turn a machine that cannot run a job into one line instead of a deep traceback:
 
 - the NVIDIA driver against the CUDA major version torch was built for (a too-old driver makes
@@ -30,6 +31,7 @@ from typing import Iterator
 import torch
 from omegaconf import DictConfig
 
+from sweeps import devices
 from sweeps.errors import DeviceUnavailable, UsageError
 from sweeps.state import current
 
@@ -121,7 +123,10 @@ def preflight(cfg: DictConfig) -> None:
 
 def uses_cuda(cfg: DictConfig) -> bool:
     """Whether a job on device config ``cfg`` runs on CUDA where CUDA works: all but ``device=cpu``
-    and ``device=ddp`` with ``device.backend=gloo`` (``auto`` backends and devices count: they would)."""
+    and ``device=ddp`` with ``device.backend=gloo`` (``auto`` backends and devices count: they would);
+    a kind of the user's (``_target_``) where its torch device type is ``cuda``."""
+    if cfg.get("_target_"):
+        return devices.from_config(cfg).type == "cuda"
     if cfg.name == "cpu":
         return False
     return cfg.name != "ddp" or cfg.get("backend", "auto") != "gloo"
@@ -136,35 +141,30 @@ def contexts() -> set[int]:
 
 
 def resolve_device(cfg: DictConfig) -> torch.device:
-    """``auto`` → ``cuda:<index>`` when CUDA is present, else ``cpu``. A one-GPU device is made this
-    process's current device (``torch.cuda.set_device``): whatever uses the current device
-    (cuBLAS handles, Triton, CUDA graphs, events recorded without a stream) then uses the job's.
+    """``auto`` → ``cuda:<index>`` when CUDA is present, else ``cpu``; a device option with a
+    ``_target_`` → the device of that kind (`sweeps.devices.from_config`). The job is placed on
+    the kind (`sweeps.devices.place`: `sweeps.devices.of` answers with it from now on). A one-GPU
+    device is made this process's current device (``torch.cuda.set_device``): whatever uses the
+    current device (cuBLAS handles, Triton, CUDA graphs, events recorded without a stream) then
+    uses the job's.
 
     Raises:
         DeviceUnavailable: ``cuda`` asked for where there is none, the index is out of range, the
             driver is too old for torch's CUDA (``auto`` too), or a sticky error lost this
-            process's CUDA context.
+            process's CUDA context; a user's kind that is not available here.
+        UsageError: ``_target_`` does not import or is not a `sweeps.devices.DeviceKind`.
     """
+    if cfg.get("_target_"):  # a kind of the user's: its own module says where it runs
+        return devices.place(devices.from_config(cfg), cfg.get("index"))
     if not uses_cuda(cfg):  # device=cpu, ddp on Gloo: the CPU needs no driver
-        return torch.device("cpu")
+        return devices.place(devices.builtin("cpu"))
     if not torch.cuda.is_available() and (problem := driver_problem()):  # ddp: auto/nccl would use the GPUs
         raise DeviceUnavailable(problem)
     if cfg.name == "auto" and not torch.cuda.is_available():
-        return torch.device("cpu")
+        return devices.place(devices.builtin("cpu"))
     if cfg.name == "ddp":  # rank 0's device (the ranks are fresh processes)
         return resolve_ddp(cfg)
-    if lost := current().cuda_lost:
-        raise DeviceUnavailable(f"an earlier job's sticky CUDA error lost this process's CUDA context "
-                                f"({lost[:200]}); rerun the sweep to run this job in a fresh process")
-    if not torch.cuda.is_available():
-        raise DeviceUnavailable("device=cuda but no CUDA device is visible here "
-                                "(torch.cuda.is_available() is False); use device=cpu or device=auto")
-    if not 0 <= cfg.index < torch.cuda.device_count():
-        raise DeviceUnavailable(f"device.index={cfg.index} but this machine has "
-                                f"{torch.cuda.device_count()} CUDA device(s): use 0..{torch.cuda.device_count() - 1}")
-    torch.cuda.set_device(cfg.index)  # CUDA >= 12: makes the primary context on that GPU at once
-    current().cuda_contexts.add(int(cfg.index))
-    return torch.device("cuda", cfg.index)
+    return devices.place(devices.builtin("cuda"), cfg.index)  # sweeps.devices.cuda: lost context, index, set_device
 
 
 def ddp_backend(cfg: DictConfig) -> str:
@@ -182,13 +182,14 @@ def resolve_ddp(cfg: DictConfig) -> torch.device:
         DeviceUnavailable: NCCL without CUDA, or more processes (``device.gpus``) than GPUs.
     """
     if ddp_backend(cfg) != "nccl":
-        return torch.device("cpu")
+        return devices.place(devices.builtin("cpu"))
     if not torch.cuda.is_available():
         raise DeviceUnavailable("device=ddp with device.backend=nccl needs CUDA and none is visible here; "
                                 "use device.backend=gloo to run the processes on the CPU")
     if cfg.gpus > torch.cuda.device_count():
         raise DeviceUnavailable(f"device=ddp: device.gpus={cfg.gpus} processes but this machine has "
                                 f"{torch.cuda.device_count()} CUDA device(s); use device.gpus<={torch.cuda.device_count()}")
+    current().device_kind = devices.builtin("cuda")  # no context made here: the ranks make theirs
     return torch.device("cuda", 0)
 
 

@@ -37,7 +37,7 @@ import torch
 from filelock import FileLock, Timeout
 from omegaconf import DictConfig
 
-from sweeps.placement.device import ddp_backend
+from sweeps.placement.device import ddp_backend, uses_cuda
 from sweeps.state import current
 from sweeps.telemetry.nvml import device_uuid
 
@@ -143,7 +143,8 @@ def claim(device: DictConfig, requested: int | None) -> Iterator[int | None]:
         return
     keys, gpus = slots(requested)
     ddp = device.name == "ddp"
-    if (gpus and device.name == "cpu") or (ddp and (not gpus or ddp_backend(device) != "nccl")) \
+    on_cpu = device.name == "cpu" or (device.get("_target_") and not uses_cuda(device))  # a user's kind: its type
+    if (gpus and on_cpu) or (ddp and (not gpus or ddp_backend(device) != "nccl")) \
             or (ddp and device.gpus > len(keys)):  # the last: ddp.resolve says why it cannot run
         yield None
         return

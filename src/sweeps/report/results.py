@@ -21,7 +21,7 @@ COLUMNS = (names.FIRST_EPOCH_S, names.MEDIAN_EPOCH_S, names.TOTAL_S, names.FINAL
 
 def job_record(job: JobRecord) -> dict[str, Any]:
     """One job as a flat dict: ``run_id``, ``name``, ``outcome``, ``error``, ``model``,
-    ``dataset``, ``device``, ``batch`` (examples per step, a number: the logged ``batch_size``),
+    ``dataset``, ``device``, ``batch`` (examples per step, a number: the logged metric ``batch``),
     ``lr``, ``target`` (``reached``, ``missed`` or None), every swept key (its value as typed; a
     single run's overrides but its preset),
     then the report's figures (`COLUMNS`,

@@ -7,7 +7,7 @@ hash>``), each where it stood in the sweep. The sweep-end summary and verdict, t
 [`sweeps.results`][sweeps.report.results.results] all read them from here.
 
 MLflow params are strings and sort as text ("1024" < "128"), so every number the report sorts or
-plots by comes from a metric (``batch_size``, ``lr``), never from a param.
+plots by comes from a metric (``batch``, ``lr``), never from a param.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class JobRecord:
 
     @property
     def batch(self) -> float | None:
-        return self.metrics.get("batch_size")
+        return self.metrics.get(names.BATCH)
 
     def epoch_time(self) -> tuple[float | None, bool]:
         """``(seconds, first)``: the median epoch time from epoch 2 (``time/median_epoch_s``), or
@@ -124,11 +124,15 @@ def _has_job(client: MlflowClient, parent) -> bool:
 def job_from_run(run) -> JobRecord:
     """A job run (an MLflow ``Run``) as the report sees it."""
     tags, metrics = run.data.tags, dict(run.data.metrics)
-    for name, former in names.FORMER_NAMES.items():  # a run logged before the machine figures moved
+    for name, former in names.FORMER_NAMES.items():  # a run logged under a metric's former name
         if name not in metrics and former in metrics:
             metrics[name] = metrics[former]
+    tags = dict(tags)
+    for name, former in names.FORMER_TAGS.items():  # a run tagged under a tag's former name
+        if name not in tags and former in tags:
+            tags[name] = tags[former]
     return JobRecord(run.info.run_id, run.info.run_name, tags.get(names.OUTCOME_TAG, "?"), tags.get(names.ERROR_TAG, ""),
-               dict(parse_overrides(tags.get(names.OVERRIDES_TAG, ""))), dict(run.data.params), metrics, dict(tags))
+               dict(parse_overrides(tags.get(names.OVERRIDES_TAG, ""))), dict(run.data.params), metrics, tags)
 
 
 @dataclass

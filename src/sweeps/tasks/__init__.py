@@ -6,6 +6,6 @@ from `REGISTRY`; each has one interface (``prepare``, ``run``,
 - ``inference`` (`sweeps.tasks.inference`): N timed forward passes, three timing modes;
 - ``max_batch`` (`sweeps.tasks.max_batch`): the largest batch that fits.
 
-Imports: `sweeps.train`, `sweeps.data`, `sweeps.models`, `sweeps.telemetry`,
+Imports: `sweeps.train`, `sweeps.data`, `sweeps.models`, `sweeps.devices`, `sweeps.telemetry`,
 `sweeps.tracking` (the run writer and console), `sweeps.config`; never the launching packages (`sweeps.sweep`, `sweeps.launchers`, `sweeps.job`, `sweeps.placement`).
 """

@@ -1,6 +1,6 @@
 """The task interface and its registry: ``task=NAME`` → one `Task` subclass.
 
-A task is driven by the job context (`sweeps.job.lifecycle.JobRun`) in three steps:
+A task is driven by the job context (`sweeps.job.lifecycle.Job`) in three steps:
 
 1. `Task.prepare` — before any device is claimed or run opened: build the data and derive
    the global batch size and the scaled learning rate (bad input raises ``UsageError`` here);
@@ -120,7 +120,7 @@ def check_model_output(cfg: DictConfig, spec: DataSpec, train) -> None:
     except Exception:  # noqa: BLE001 (the dataset's own check has said what an example must be)
         return
     targets = [n, *target]
-    regression = spec.task == "regression"
+    regression = spec.problem == "regression"
     if regression:
         fits = len(out) >= 1 and out[0] == n and math.prod(out) == math.prod(targets)
         wanted = f"[{n}, {max(1, math.prod(target))}]"
@@ -165,7 +165,7 @@ def _output_shape(cfg: DictConfig, spec: DataSpec, train, n: int) -> tuple[int, 
 def _on_dummy_batch(loss, spec: DataSpec) -> None:
     """The loss on two zero outputs and targets of the data's kind: a wrong value used only in
     the call (``loss.label_smoothing=lots``) fails here."""
-    if spec.task == "regression":
+    if spec.problem == "regression":
         loss(torch.zeros(2, spec.num_outputs), torch.zeros(2, spec.num_outputs))
     else:
         loss(torch.zeros(2, spec.num_outputs), torch.zeros(2, dtype=torch.long))
@@ -195,7 +195,7 @@ class Task:
 
     @property
     def regression(self) -> bool:
-        return self.data is not None and self.data.spec.task == "regression"
+        return self.data is not None and self.data.spec.problem == "regression"
 
     def prepare(self) -> JobData:
         """Build the datasets; the global batch (``batch=full``: the training set) and the lr

@@ -31,7 +31,7 @@ import time
 import torch
 from torch import nn
 
-from sweeps import names
+from sweeps import devices, names
 from sweeps.tasks.base import Task, register
 from sweeps.train.builder import CompileWatch, build_model, compile_backend
 from sweeps.train.timing import record, synchronize, wall_clock
@@ -52,7 +52,7 @@ def time_forward(model: nn.Module, x: torch.Tensor, mode: str, warmup: int, iter
     if mode not in MODES:
         raise ValueError(f"timing.mode={mode!r} is unknown: use one of {', '.join(MODES)}")
     device = x.device
-    cuda = device.type == "cuda"
+    events = devices.of(device).events  # the kind's own event timing (CUDA)
     model.eval()
     with torch.inference_mode():
         synchronize(device)
@@ -63,7 +63,7 @@ def time_forward(model: nn.Module, x: torch.Tensor, mode: str, warmup: int, iter
         warmup_s = time.perf_counter() - t0
         times: list[float] = []
         start = time.perf_counter()
-        if cuda and mode == "events":
+        if events and mode == "events":
             pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(iters)]
             for a, b in pairs:

@@ -10,7 +10,8 @@ and the allocator's state (cnn10 on an H100: 25,680 and 25,664, 0.06 % apart).
 A trial is one real training step at that batch — forward, backward and optimizer step through
 the job's own `Trainer` (same precision, autocast, loss scaling,
 channels_last, optimizer implementation, so the same memory) — plus one evaluation batch, on
-random inputs of the dataset's shape. Out of memory is any allocator's (`sweeps.train.memory.is_oom`).
+random inputs of the dataset's shape. Out of memory is what the device's kind says it is
+(`sweeps.devices.DeviceKind.is_oom`: any allocator's, `sweeps.devices.is_oom`).
 Recovery happens *outside* the ``except`` block: inside it the traceback still holds the failed
 frames and their tensors. Then the gradients are dropped, garbage is collected and the CUDA
 cache emptied, so each trial starts from the memory the previous one found.
@@ -35,11 +36,11 @@ from typing import Callable
 import psutil
 import torch
 
-from sweeps import names
+from sweeps import devices, names
 from sweeps.tasks.base import Task, register
 from sweeps.train.builder import build_model
 from sweeps.train.loop import Trainer
-from sweeps.train.memory import is_oom, release_memory, warm_cublas
+from sweeps.train.memory import release_memory, warm_cublas
 from sweeps.train.optim import make_optimizer
 from sweeps.train.speed import random_batch
 from sweeps.train.timing import synchronize
@@ -96,8 +97,9 @@ def search(trial: Callable[[int], Trial], start: int = 1, limit: int = 65536) ->
 
 
 def _reset_peak(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    kind = devices.of(device)
+    kind.reset_peak(device)  # the kind's own peak (CUDA's allocator statistics)
+    if not kind.host_memory:
         return
     try:
         Path("/proc/self/clear_refs").write_text("5")  # Linux: peak RSS (VmHWM) := current RSS
@@ -106,9 +108,10 @@ def _reset_peak(device: torch.device) -> None:
 
 
 def peak_mb(device: torch.device) -> float:
-    """Peak memory since `_reset_peak`: CUDA tensors, or the process's peak RSS (MB)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / MB
+    """Peak memory since `_reset_peak`: the device kind's (`sweeps.devices.DeviceKind.peak_mb`:
+    CUDA tensors), or where it keeps none the process's peak RSS (MB)."""
+    if (peak := devices.of(device).peak_mb(device)) is not None:
+        return peak
     try:
         return int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
     except (OSError, AttributeError):
@@ -120,9 +123,11 @@ def step_trial(model, spec, device: torch.device, precision, channels_last: bool
     """A ``trial(b)`` that runs one training step and one evaluation batch of ``b`` random
     examples on ``model`` through a `Trainer`, with a fresh optimizer from
     ``make_optimizer(params)`` (its state is part of the footprint)."""
+    kind = devices.of(device)
     warm_cublas(device)  # its workspace stays allocated: part of the baseline, not of the first trial
     release_memory(device)
-    baseline = peak_mb(device) if device.type == "cuda" else psutil.Process().memory_info().rss / MB
+    baseline = kind.peak_mb(device)
+    baseline = psutil.Process().memory_info().rss / MB if baseline is None else baseline
     budget = 0.8 * psutil.virtual_memory().available / MB  # CPU only: see the module's docstring
     last: list[Trial] = []
 
@@ -135,7 +140,7 @@ def step_trial(model, spec, device: torch.device, precision, channels_last: bool
         synchronize(device)
 
     def trial(b: int) -> Trial:
-        if device.type == "cpu" and last and last[-1].peak_mb is not None:
+        if kind.host_memory and last and last[-1].peak_mb is not None:
             grown = max(last[-1].peak_mb - baseline, 0.0) * b / last[-1].batch
             if grown > budget:
                 log.info("max_batch: batch %d: skipped, ~%.0f MB predicted > %.0f MB of RAM available", b, grown, budget)
@@ -145,7 +150,7 @@ def step_trial(model, spec, device: torch.device, precision, channels_last: bool
         try:
             run(b)
         except Exception as e:
-            if not is_oom(e):
+            if not kind.is_oom(e):
                 raise
             fits = False
         # out of the except block: the failed frames (and their tensors) are gone now

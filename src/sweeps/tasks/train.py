@@ -6,7 +6,7 @@ MFU, compilation kept out of the timer, resume from a checkpoint, a checkpoint w
 (outside the timed epoch), and the job-level summary.
 
 Under ``device=ddp`` every rank runs `TrainTask.run` with a rank-side job
-(`sweeps.job.rank.RankRun`): the ranks' epoch records are gathered and reduced after
+(`sweeps.job.rank.RankJob`): the ranks' epoch records are gathered and reduced after
 each epoch (`sweeps.train.distributed.gather_epoch`), so every rank sees the same record and
 takes the same decisions (a diverged loss); only rank 0's job logs, journals and checkpoints.
 """
@@ -15,6 +15,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -102,12 +106,57 @@ class TrainTask(Task):
             training.trainer.fit(training.train_loader, training.test_loader, cfg.epochs, after_epoch,
                                  start_epoch=start, elapsed_s=elapsed, eval_every=cfg.eval.every_epochs)
         except TargetReached:  # target.stop: the job's work is done at that epoch
+            diagnose(job, cfg, data, training, getattr(job.epochs, "records", []))
             return
         if target is not None and not reached[0]:  # every epoch ran without reaching it; the job is still ok
             job.writer.set_tags({names.TARGET_TAG: names.TARGET_MISSED})
+        diagnose(job, cfg, data, training, getattr(job.epochs, "records", []))
 
     def summarize(self, records: list[dict]) -> dict[str, float]:
         return {**summarize(records, self.regression), **to_target(records, self.cfg.target)}
+
+
+def diagnose(job, cfg, data, training, records: list[dict]) -> None:
+    """Where the job's step goes and what holds it back, after its timed epochs
+    (`sweeps.train.profile_window`, `sweeps.bottleneck`): ``diag/*`` metrics, tags
+    ``diag.bottleneck``, ``diag.evidence``, ``diag.advice`` and the trace artifact. Every rank of a
+    data-parallel job runs the window (its collectives need them all); rank 0 logs it. A window
+    that fails costs the diagnosis, never the job: one line, and ``diag.bottleneck`` says why."""
+    if cfg.diag.steps <= 0:
+        return
+    from sweeps import bottleneck
+    from sweeps.data.device_loader import can_reside
+    from sweeps.tracking.store.store import flatten
+    from sweeps.train import profile_window
+
+    trace = Path(tempfile.mkdtemp(prefix="sweeps-diag-")) / Path(names.DIAG_TRACE).name
+    try:
+        timed = [sum(r[names.phase_ms(p)] for p in names.PHASES) for r in records[1:] or records
+                 if all(r.get(names.phase_ms(p)) is not None for p in names.PHASES)]  # epochs 2 on: warm
+        found = profile_window.measure(training.trainer, training.train_loader, int(cfg.diag.steps),
+                                       int(cfg.diag.warmup_steps), trace, statistics.median(timed) if timed else None)
+        mfus = [r[names.MFU] for r in records if r.get(names.MFU) is not None]
+        facts = {"convolutional": any(isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d))
+                                      for m in training.model.modules()),
+                 "can_reside": can_reside(data.train), "cores": os.cpu_count() or 1,
+                 "workers": getattr(training.train_loader, "num_workers", None)}  # None: served from the device
+        diag = bottleneck.diagnose(found, flatten(cfg), statistics.median(mfus) if mfus else None, **facts)
+    except Exception as e:  # noqa: BLE001 (the measurement is done: a failed window costs its diagnosis only)
+        job.log.warning("no diagnosis: the profiled window failed (%s)", describe(e))
+        job.writer.set_tags({names.BOTTLENECK_TAG: f"unknown ({describe(e)})"})
+        shutil.rmtree(trace.parent, ignore_errors=True)
+        return
+    job.writer.log_summary(found.metrics())
+    job.writer.set_tags({names.BOTTLENECK_TAG: diag.bottleneck, names.DIAG_EVIDENCE_TAG: diag.evidence,
+                         names.DIAG_ADVICE_TAG: "; ".join(diag.advice)})
+    try:
+        job.writer.log_file(trace, str(Path(names.DIAG_TRACE).parent))
+    except Exception as e:  # noqa: BLE001 (the figures are logged; the trace is a convenience)
+        job.log.warning("the profiled window's trace was not logged (%s)", describe(e))
+    finally:
+        shutil.rmtree(trace.parent, ignore_errors=True)
+    advice = f"; try {', '.join(diag.advice)} (python -m sweeps.advise)" if diag.advice else ""
+    job.log.info("%s: %s%s", diag.bottleneck, diag.evidence, advice)
 
 
 def choose_threads(job, cfg, data, device: torch.device, flops_per_step: float | None) -> None:

@@ -3,5 +3,6 @@
 and a figure.
 
 Owns: `Telemetry`, `for_job`.
-Imports: psutil, nvidia-ml-py, matplotlib (figure only), `sweeps.names`; never training code.
+Imports: psutil, nvidia-ml-py, matplotlib (figure only), `sweeps.names`, `sweeps.devices`
+(which kinds NVML samples); never training code.
 """

@@ -96,10 +96,12 @@ def gpu_ids(device: Any) -> list[int | str]:
     to ``CUDA_VISIBLE_DEVICES`` and CUDA's device order), else its index."""
     if isinstance(device, (list, tuple)):
         return [i for d in device for i in ([d] if isinstance(d, str) else gpu_ids(d))]
-    if device.type != "cuda":
-        return []
     import torch
 
+    from sweeps.devices import of
+
+    if of(device).telemetry != "nvml":  # the device's kind: sampled through NVML (CUDA), or host only
+        return []
     index = device.index if device.index is not None else torch.cuda.current_device()
     uuid = device_uuid(index)
     return [uuid if uuid is not None else index]

@@ -290,15 +290,15 @@ class Telemetry:
         return out
 
     def tags(self) -> dict[str, str]:
-        """``telemetry`` (what was sampled, or why not), ``telemetry.energy_method`` (``counter``,
-        ``power_integration``, both joined by ``+``, or ``none``) and ``telemetry.throttle_reasons``
+        """``job.telemetry`` (what was sampled, or why not), ``job.energy_method`` (``counter``,
+        ``power_integration``, both joined by ``+``, or ``none``) and ``job.throttle_reasons``
         (the clock-event reasons seen, see `sweeps.telemetry.stats.REASONS`)."""
-        tags = {"telemetry": self._what(detail=True)}
+        tags = {names.TELEMETRY_TAG: self._what(detail=True)}
         if not self.enabled or not self.handles:
             return tags
-        tags["telemetry.energy_method"] = "+".join(sorted(self._methods)) or "none"
+        tags[names.ENERGY_METHOD_TAG] = "+".join(sorted(self._methods)) or "none"
         if any((k, "throttle_reasons") not in self.dropped for k in range(len(self.handles))):
-            tags["telemetry.throttle_reasons"] = reasons_seen(self.rows, self.columns) or "none"
+            tags[names.THROTTLE_REASONS_TAG] = reasons_seen(self.rows, self.columns) or "none"
         return tags
 
     def _what(self, detail: bool) -> str:
@@ -328,6 +328,15 @@ def for_job(interval_s: float, device: Any) -> Telemetry:
     if it cannot, goes to its ``telemetry`` tag only."""
     ids = gpu_ids(device)
     first = device[0] if isinstance(device, (list, tuple)) and device else device
-    reason = "" if ids else f"the job runs on {getattr(first, 'type', 'cpu')}"
+    reason = "" if ids else f"the job runs on {_kind_name(first)}"
     problem = nvml_problem() if not ids and interval_s > 0 else ""  # on the tag: why auto may have chosen the CPU
     return Telemetry(interval_s, ids, gpu_off_reason=reason, gpu_off_detail=problem).start()
+
+
+def _kind_name(device: Any) -> str:
+    """What the console calls the kind of ``device`` (`sweeps.devices.DeviceKind.name`: ``cpu``)."""
+    if not hasattr(device, "type"):
+        return "cpu"
+    from sweeps.devices import of
+
+    return of(device).name

@@ -3,6 +3,7 @@ perf_counter), precision, speed knobs (channels_last, compile, fused optimizers)
 checkpoints, data parallelism inside a step, and the one builder that assembles a training job
 for any device (`sweeps.train.builder`).
 
-Imports: `sweeps.data`, `sweeps.models`, `sweeps.config`, `sweeps.names`,
+Imports: `sweeps.data`, `sweeps.models`, `sweeps.devices` (what differs per device kind),
+`sweeps.config`, `sweeps.names`,
 [`sweeps.errors`][sweeps.errors]; never tracking, tasks or launch (a trainer reports through callbacks).
 """

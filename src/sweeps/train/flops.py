@@ -98,7 +98,7 @@ def training_flops_per_example(model: nn.Module, spec: DataSpec, loss_fn: nn.Mod
     meta = copy.deepcopy(model).to("meta").train()
     shape, dtype = (spec.in_shape, torch.float32) if example is None else (tuple(example.shape), example.dtype)
     x = torch.empty(batch, *shape, dtype=dtype, device="meta")
-    if spec.task == "regression":
+    if spec.problem == "regression":
         loss_fn, y = loss_fn or nn.MSELoss(), torch.empty(batch, spec.num_outputs, device="meta")
     else:
         loss_fn, y = loss_fn or nn.CrossEntropyLoss(), torch.zeros(batch, dtype=torch.long, device="meta")

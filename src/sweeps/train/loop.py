@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from sweeps import names
+from sweeps import devices, names
 from sweeps.data import DataSpec
 from sweeps.train.noise import MIN_WINDOW_S, HostLoad, spread
 from sweeps.train.precision import Precision
@@ -42,9 +42,10 @@ class Trainer:
         self.scaler = self.precision.grad_scaler(device)  # disabled (pass-through) unless fp16
         self.channels_last = channels_last  # NHWC image batches for a channels_last model
         self.optimizer, self.schedule = optimizer, schedule
-        self.regression = spec.task == "regression"
+        self.regression = spec.problem == "regression"
         # the job's loss (sweeps.train.losses); without one the task kind's usual loss
         self.loss_fn = loss_fn or (nn.MSELoss() if self.regression else nn.CrossEntropyLoss())
+        self.kind = devices.of(device)  # what differs per device: timer, peak memory (sweeps.devices)
         self.timer = PhaseTimer(device)
         self.progress_after_s = progress_after_s
         self.tty = sys.stderr.isatty()
@@ -64,7 +65,7 @@ class Trainer:
         if not (self._train_mode and model.training):
             self._set_mode(True)
             self._train_mode = True
-        # device-side sums, started from the first batch's values: two torch.zeros an epoch cost
+        # device-side sums, started from the first mini-batch's values: two torch.zeros an epoch cost
         # ~5 % of a 1-ms epoch (study 5)
         loss_sum = correct = None
         seen = 0
@@ -74,7 +75,7 @@ class Trainer:
         timer.start()
         for x, y in bar:
             x, y = self._input(x), y.to(dev, non_blocking=True)
-            timer.mark()  # data: waiting for the batch, and its copy to the device
+            timer.mark()  # data: waiting for the mini-batch, and its copy to the device
             with self.precision.autocast(dev):
                 out = model(x)
                 if self.regression:
@@ -106,7 +107,7 @@ class Trainer:
     def _epoch_result(self, loss_sum: torch.Tensor | None, correct: torch.Tensor | None, seen: int,
                       synchronized: bool) -> dict[str, float]:
         """The epoch's figures from its phase marks and device-side sums (see `train_epoch`;
-        None: the loader gave no batch)."""
+        None: the loader gave no mini-batch)."""
         phases = self.timer.summary(synchronized=synchronized)
         out = {names.TRAIN_LOSS: (0.0 if loss_sum is None else loss_sum.item()) / max(seen, 1), "samples": seen,
                names.PHASE_SUM_S: phases["total_ms"] / 1e3, "steps": phases["steps"]}
@@ -232,19 +233,19 @@ class Trainer:
             # CUDA's peak (memory_stats flattens ~160 allocator figures into a dict) 0.4 ms on an
             # H200 under cProfile: 17 % of study 5's 2.4-ms GPU epochs, read every epoch
             if now - mem_at >= MIN_WINDOW_S or epoch == epochs:
-                if self.device.type != "cuda":
+                if self.kind.host_memory:
                     peak_rss = max(peak_rss, process.memory_info().rss)
                 peak_mb, mem_at = self.peak_memory_mb(peak_rss), now
             rec[names.EPOCH_PEAK_MB] = peak_mb
             on_epoch(rec)
 
     def peak_memory_mb(self, peak_rss: int) -> float:
-        """CUDA: peak allocated by tensors on the device (MB); CPU: ``peak_rss``, the process RSS's
-        peak (bytes) → MB. `fit` reads it at epoch ends, at most every ``MIN_WINDOW_S`` =
+        """The device kind's peak (`sweeps.devices.DeviceKind.peak_mb`; CUDA: peak allocated by
+        tensors on the device, MB); where the kind keeps none (CPU), ``peak_rss``, the process
+        RSS's peak (bytes) → MB. `fit` reads it at epoch ends, at most every ``MIN_WINDOW_S`` =
         0.1 s and after the last epoch (a running peak: an epoch between reads shows the last one)."""
-        if self.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.device) / 2**20
-        return peak_rss / 2**20
+        peak = self.kind.peak_mb(self.device)
+        return peak_rss / 2**20 if peak is None else peak
 
 
 def regression_target(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -30,8 +30,8 @@ def make_loss(cfg: DictConfig, spec: DataSpec) -> Callable[[torch.Tensor, torch.
     elif cfg.get("_target_"):  # the loss itself: its keys bound now, (output, target) per batch
         loss = bind_target(cfg, "loss", positional=2)
     else:
-        loss = nn.MSELoss() if spec.task == "regression" else nn.CrossEntropyLoss()
-    if spec.task != "regression":
+        loss = nn.MSELoss() if spec.problem == "regression" else nn.CrossEntropyLoss()
+    if spec.problem != "regression":
         return loss
 
     def regression_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

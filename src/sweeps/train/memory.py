@@ -8,14 +8,11 @@ import gc
 
 import torch
 
-from sweeps.errors import brief
+from sweeps import devices
+from sweeps.devices import is_oom  # noqa: F401 (any allocator's out-of-memory error; sweeps.job.outcome reads it here)
 from sweeps.train import host_heap
 from sweeps.state import current
 
-# Text of the allocators' out-of-memory errors that are not torch.OutOfMemoryError:
-# CPU ("DefaultCPUAllocator: can't allocate memory: you tried to allocate ..."), cuDNN/cuBLAS
-# workspaces ("CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED") and older CUDA builds.
-_OOM_TEXT = ("out of memory", "can't allocate memory", "status_alloc_failed")
 # cudaGetErrorString texts of the errors the CUDA Runtime API reference (enum cudaError) says
 # leave "the process in an inconsistent state and any further CUDA work will return the same
 # error. To continue using CUDA, the process must be terminated and relaunched": 700 illegal
@@ -40,13 +37,6 @@ def note_cuda_lost(line: str) -> None:
     state = current()
     state.cuda_lost = state.cuda_lost or line
 
-def is_oom(exc: BaseException) -> bool:
-    """Whether ``exc`` is an out-of-memory failure of any allocator."""
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    return isinstance(exc, RuntimeError) and any(t in str(exc).lower() for t in _OOM_TEXT)
-
-
 def release_memory(device: torch.device | None = None) -> None:
     """Free what a finished (or failed) job left: collect garbage, empty the CUDA cache and reset
     peak statistics, and give the host heap's free memory back (`sweeps.train.host_heap.trim`),
@@ -66,20 +56,17 @@ def release_memory(device: torch.device | None = None) -> None:
     gc.collect()
     gc.freeze()  # undone at exit (below), so interpreter shutdown still finalizes everything
     host_heap.trim()  # the freed heap a job kept (device.malloc_trim_mb): a CPU RSS read after this holds what is in use
-    if torch.cuda.is_available() and torch.cuda.is_initialized() and not current().cuda_lost:
-        try:
-            torch.cuda.empty_cache()
-            for i in range(torch.cuda.device_count()):
-                torch.cuda.reset_peak_memory_stats(i)
-        except RuntimeError as e:  # a context lost under us: the next job says so, this one ends
-            note_cuda_lost(brief(e, 300))
+    cuda = devices.builtin("cuda")
+    cuda.free_memory()  # wherever this process initialised CUDA, whatever the job's device
+    if device is not None and (kind := devices.of(device)) is not cuda:
+        kind.free_memory()
 
 
 def reset_peak(device: torch.device) -> None:
-    """Start CUDA peak-memory statistics of ``device`` afresh (no-op on a CPU or an uninitialised
-    CUDA); e.g. after a compile warm-up, whose memory is not the epochs'."""
-    if device.type == "cuda" and torch.cuda.is_initialized() and not current().cuda_lost:
-        torch.cuda.reset_peak_memory_stats(device)
+    """Start peak-memory statistics of ``device`` afresh (its kind's
+    `sweeps.devices.DeviceKind.reset_peak`: no-op on a CPU or an uninitialised CUDA); e.g.
+    after a compile warm-up, whose memory is not the epochs'."""
+    devices.of(device).reset_peak(device)
 
 
 def warm_cublas(device: torch.device) -> None:
@@ -88,12 +75,9 @@ def warm_cublas(device: torch.device) -> None:
     a memory baseline is taken: the forward's on this thread, and the backward's on the autograd
     engine's device thread, which has a handle of its own (measured on an H100, torch 2.11: a
     32-MiB workspace that the first backward added and that stayed). Taken before, the baseline
-    is lower than what any later step can return to. No-op on a CPU."""
-    if device.type == "cuda":
-        with torch.inference_mode(False), torch.enable_grad():  # a backward, whatever the caller's mode
-            a = torch.ones(8, 8, device=device, requires_grad=True)
-            (a @ a + torch.addmm(a[0], a, a)).sum().backward()  # cuBLAS and cuBLASLt (addmm's bias epilogue)
-            a.grad.sum().item()
+    is lower than what any later step can return to. No-op on a CPU: its kind's
+    `sweeps.devices.DeviceKind.warm_up`."""
+    devices.of(device).warm_up(device)
 
 
 atexit.register(gc.unfreeze)  # before shutdown: what release_memory froze is finalized as usual

@@ -20,6 +20,7 @@ import torch
 from omegaconf import DictConfig
 
 from sweeps.config.targets import call_target, declares, locate
+from sweeps.devices import of
 from sweeps.errors import UsageError
 from sweeps.names import OPTIMIZER_IMPLS
 
@@ -34,9 +35,10 @@ def optimizer_kwargs(impl: str, device: torch.device, scaled: bool = False) -> d
     """
     if impl not in OPTIMIZER_IMPLS:
         raise ValueError(f"optimizer.impl={impl!r} is unknown: use one of {', '.join(OPTIMIZER_IMPLS)}")
+    kind = of(device)  # sweeps.devices: which kinds run fused kernels, which sync on a read-back
     if impl == "auto":
-        return {"fused": True} if device.type in ("cpu", "cuda") else {}
-    if scaled and device.type == "cuda" and impl != "fused":
+        return {"fused": True} if kind.supports_fused_optimizer() else {}
+    if scaled and kind.asynchronous and impl != "fused":
         log.warning("optimizer.impl=%s with precision=fp16: GradScaler reads its inf/NaN flag back to the host "
                     "every step (a sync); optimizer.impl=fused avoids it", impl)
     return {"fused": {"fused": True}, "foreach": {"foreach": True}, "loop": {"foreach": False}}[impl]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig
 
+from sweeps.devices import of
 from sweeps.errors import DeviceUnavailable, UsageError
 
 
@@ -68,18 +69,10 @@ def apply_precision(cfg: DictConfig, device: torch.device | None = None) -> Prec
 
 
 def autocast_supported(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether ``dtype`` autocast works on ``device``: bf16 on CUDA needs compute capability 8.0
+    """Whether ``dtype`` autocast works on ``device``, as its kind says
+    (`sweeps.devices.DeviceKind.autocast_supported`): bf16 on CUDA needs compute capability 8.0
     (Ampere) or newer; elsewhere a tiny matmul under autocast is tried."""
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported(False):
-        return False
-    if not torch.amp.is_autocast_available(device.type):
-        return False
-    try:
-        a = torch.ones(2, 2, device=device)
-        with torch.autocast(device.type, dtype=dtype):
-            return (a @ a).dtype == dtype
-    except RuntimeError:
-        return False
+    return of(device).autocast_supported(device, dtype)
 
 
 def set_determinism(on: bool) -> None:

@@ -54,7 +54,7 @@ def batch_sizes(loader) -> list[int]:
 def random_batch(spec, size: int, device: torch.device):
     """``(x, y)``: ``size`` random inputs of ``spec.in_shape`` and targets (classes or values) on ``device``."""
     x = torch.randn(size, *spec.in_shape, device=device)
-    if spec.task == "regression":
+    if spec.problem == "regression":
         return x, torch.randn(size, spec.num_outputs, device=device)
     return x, torch.randint(0, spec.num_outputs, (size,), device=device)
 

@@ -22,13 +22,14 @@ import time
 
 import torch
 
+from sweeps.devices import of
 from sweeps.names import PHASES
 
 
 def synchronize(device: torch.device) -> None:
-    """Wait for all queued work on ``device`` (no-op on CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    """Wait for all queued work on ``device`` (no-op on CPU): its kind's
+    `sweeps.devices.DeviceKind.synchronize`."""
+    of(device).synchronize(device)
 
 
 def record(event, device: torch.device) -> None:
@@ -41,12 +42,16 @@ class PhaseTimer:
     """Collects phase marks for one epoch and turns them into mean per-iteration times.
 
     Usage per epoch: `start` once, then per step `mark` after each phase (4 marks
-    a step, in the order of `PHASES`), then `summary`.
+    a step, in the order of `PHASES`), then `summary`. The device's kind
+    (`sweeps.devices.of`) chooses the marks: CUDA events where its ``events``, else its
+    ``clock`` (`time.perf_counter` for the CPU).
     """
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.cuda = device.type == "cuda"
+        kind = of(device)
+        self.cuda = kind.events
+        self._clock = kind.clock  # host marks (s)
         self._events: list = []  # CUDA: a pool of events reused epoch after epoch
         self._marks: list = []  # CPU: perf_counter values; CUDA: events recorded this epoch
         self._n = 0
@@ -69,7 +74,7 @@ class PhaseTimer:
             event.record(self._stream)  # on the job's device (see the module docstring)
             self._marks.append(event)
         else:
-            self._marks.append(time.perf_counter())
+            self._marks.append(self._clock())
         self._n += 1
 
     def summary(self, synchronized: bool = False) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """A job inside Slurm: the tags that tie its MLflow run to its Slurm job, and a time limit or
 preemption turned into checkpoint → requeue → resume in the same run.
 
-`on_open` (called by `JobRun` through
+`on_open` (called by `Job` through
 `sweeps.launchers`) tags every run that runs in a
 Slurm job. In a job that ``hydra/launcher=slurm`` started (`SlurmLauncher`,
 which runs the job through `run_job`), submitit's signal handlers are replaced:
@@ -11,7 +11,7 @@ which runs the job through `run_job`), submitit's signal handlers are replaced:
   if that epoch does not end within ``grace_s`` (or for other tasks) it stops at once, from its
   newest checkpoint. Its run is closed ``killed`` (its ``error`` says requeued), then submitit's own
   protocol pickles the job again and ``scontrol requeue``-s it. The restarted job finds its killed
-  run by config hash and resumes it (``JobRun``): same run, ``resumed`` tag, every epoch once.
+  run by config hash and resumes it (``Job``): same run, ``resumed`` tag, every epoch once.
 - SIGTERM without a SIGUSR2 before it (scancel, or the hard time limit) — the run ends ``killed``
   like a Ctrl-C, and the job is not requeued (submitit itself would ignore SIGTERM).
 
@@ -48,7 +48,7 @@ class _SlurmJob:
     """This process's Slurm job (one sweeps job per Slurm job): when a requeue was asked for, and
     the job context, which may wait for an epoch end."""
     asked_at: float | None = None  # wall clock (s) of the first SIGUSR2
-    job = None  # the JobRun, once open
+    job = None  # the Job, once open
     epoch_end: bool = False  # whether the job checkpoints and stops at its next epoch end when asked
     grace_s: float = 60.0  # how long to wait for that epoch end (s)
     active: bool = False  # whether run_job is running a job in this process
@@ -87,7 +87,7 @@ def tags() -> dict[str, str]:
 
 
 def on_open(job) -> None:
-    """Called by `JobRun` once its run is open: tag it with its Slurm job;
+    """Called by `Job` once its run is open: tag it with its Slurm job;
     on a requeued job resuming, log ``time/requeue_lost_s`` (wall s from the newest checkpoint's write
     to now, step = restart count); in a job `run_job` runs, let a SIGUSR2 stop a training job
     at its next epoch end, after that epoch's checkpoint. Outside Slurm it does nothing."""
@@ -182,7 +182,7 @@ def run_job(call: Callable[[], Any], signal_delay_s: float) -> Any:
     _SlurmJob.active = True
     try:
         result = call()
-    except KeyboardInterrupt:  # the job's run is closed killed (JobRun)
+    except KeyboardInterrupt:  # the job's run is closed killed (Job)
         _quiet()
         if _SlurmJob.asked_at is None or not callable(requeue):  # not callable: submitit did not start this job
             log.warning("Slurm: SIGTERM (scancel or the time limit): the job's run is closed killed")

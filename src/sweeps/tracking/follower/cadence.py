@@ -50,11 +50,11 @@ class Cadence:
         """Seconds to sleep before the next send: `beat_s` ± jitter, never above ``cap_s``."""
         return min(self.cap_s, self.beat_s * (1 + self.jitter * self._rng.uniform(-1, 1)))
 
-    def sent(self, seconds: float, values: int, batch: int = 1000) -> None:
+    def sent(self, seconds: float, values: int, values_per_call: int = 1000) -> None:
         """Note that a send of ``values`` metric values took ``seconds`` (s, wall clock, retries
-        included): ``ceil(values / batch)`` calls. A send of nothing (an empty queue) is not a
+        included): ``ceil(values / values_per_call)`` calls. A send of nothing (an empty queue) is not a
         measurement and leaves the beat alone."""
         if values <= 0:
             return
-        per_call = max(0.0, seconds) / math.ceil(values / batch)
+        per_call = max(0.0, seconds) / math.ceil(values / values_per_call)
         self.latency_s += SMOOTH * (per_call - self.latency_s)

@@ -1,11 +1,11 @@
-"""Sending a run's values to MLflow in batches, with retries: run where the store is.
+"""Sending a run's values to MLflow in shipments, with retries: run where the store is.
 
-Values go out with ``log_batch``, at most `BATCH` a call (MLflow's limit). A failed send is
+Values go out with ``log_batch``, at most `PER_CALL` a call (MLflow's limit). A failed send is
 retried with backoff (`RETRIES`: connection errors, 5xx, a busy server's "QueuePool limit"
 400, sqlite's "database is locked" after MLflow's 20-s busy timeout) and never fails a job; what
 still cannot be sent is reported once. A store that has not answered for `DOWN_S` counts as
 down: each later send is tried once, so a tracking server that goes away costs a job's end about a
-minute, not MLflow's minutes of retries per batch (`sweeps.tracking.store.http_policy`). Nothing is
+minute, not MLflow's minutes of retries per shipment (`sweeps.tracking.store.http_policy`). Nothing is
 lost by a refusal: every epoch is in the run's journal, which the follower ships from its cursor
 (`sweeps.tracking.follower.follower`), and the job-level values a job's end could not send are kept in
 the run's folder for the next start (`sweeps.tracking.replay.replay.keep_unclosed`).
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sweeps")
 FLUSH_S = 2.0  # s between the follower's beats while the store is quick (cadence's floor)
-BATCH = 1000  # MLflow's log_batch limit on metrics per call
+PER_CALL = 1000  # MLflow's log_batch limit on metrics per call
 RETRIES = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)  # s to wait before each retry of a failed send
 DOWN_S = 30.0  # s of failed sends after which the store counts as down: later sends are tried once
 
@@ -50,7 +50,7 @@ class Sender:
     def send(self, client: MlflowClient, run_id: str, values: list[Value],
              tags: dict[str, str] | None = None, say: bool = True) -> Exception | None:
         """Log ``values`` and ``tags`` to run ``run_id`` of ``client`` (an
-        `mlflow.MlflowClient`; `BATCH` values a call, the tags with the first),
+        `mlflow.MlflowClient`; `PER_CALL` values a call, the tags with the first),
         retried after each of `RETRIES` while the error is transient and the store not
         `down`; None once sent, else the last error (said in one warning line where ``say``,
         unless the run is deleted: `gone`)."""
@@ -61,10 +61,10 @@ class Sender:
         for wait in (*RETRIES, None):
             try:
                 while done < len(metrics) or tag_list:
-                    client.log_batch(run_id, metrics=metrics[done:done + BATCH], tags=tag_list)
-                    done, tag_list = done + BATCH, []
+                    client.log_batch(run_id, metrics=metrics[done:done + PER_CALL], tags=tag_list)
+                    done, tag_list = done + PER_CALL, []
                 self._down_since = None
-                self.cadence.sent(time.monotonic() - start, len(metrics), BATCH)
+                self.cadence.sent(time.monotonic() - start, len(metrics), PER_CALL)
                 return None
             except Exception as e:  # connection refused, 5xx, busy pool (HTTP 400 "QueuePool limit"), locked
                 transient = http_policy.transient(e)

@@ -5,8 +5,8 @@ Job → journal → follower → MLflow. A job appends each epoch's record to it
 path. The follower reads the lines the journal gained, takes the epochs after the run's cursor
 (`sweeps.tracking.journal.cursor`) that belong to the run's MLflow series
 (`in_series`), sends their values with each record's own timestamp
-(`Sender`: at most `BATCH` values a
-call, cut at epoch ends, retried) and moves the cursor after each batch the store committed.
+(`Sender`: at most `PER_CALL` values a
+call, cut at epoch ends, retried) and moves the cursor after each shipment the store committed.
 
 Where it runs: at the lowest priority (`lowest`), so MLflow's
 ingestion (~85 µs a value on 2 cores) takes only the cores the training leaves idle — the
@@ -53,7 +53,7 @@ class Followed:
     from where the last read ended, and the series stride (``every``, ``evaluated``) of
     `in_series`. ``records``: the records to ship instead of the
     journal's (a journal that could not be written). ``fresh``: a run just created, of which the
-    store holds no epoch yet, so its first batch is sent without asking (`held_steps`: on a
+    store holds no epoch yet, so its first shipment is sent without asking (`held_steps`: on a
     tracking server, each metric's whole history; 15 calls a run, 7,500 when 500 jobs start).
     `through`: the job's last epoch, shipped whether on the stride or not; `at`: the
     last epoch shipped (or passed over)."""
@@ -65,7 +65,7 @@ class Followed:
         self.journal = Path(folder) / JOURNAL if folder else None
         self.at = (self.cursor.read() if self.cursor else None) or 0
         self.through: int | None = None
-        self.checked = fresh  # the store was asked which of the values it holds (the cursor may lag a batch)
+        self.checked = fresh  # the store was asked which of the values it holds (the cursor may lag a shipment)
         self.sent = 0  # values sent
         self.gone = False  # the store refused the run as deleted (http_policy.gone): not shipped again
         self._failing = False  # the last send failed (said once, until one succeeds)
@@ -101,7 +101,7 @@ class Followed:
         return [(k, float(v), ts, rec["epoch"]) for k, v in rec.items() if "/" in k]
 
     def ship(self, client: Any, sender: delivery.Sender, final: bool = False) -> int:
-        """Send what the journal gained, in batches cut at epoch ends, moving the cursor after
+        """Send what the journal gained, in shipments cut at epoch ends, moving the cursor after
         each; the newest record waits, unless ``final``, for a later one or `through` (it
         may be the job's last, which ends the series wherever the stride is). ``final``: the last
         record is the job's last (`through` where unset). Returns how many values are left
@@ -117,11 +117,11 @@ class Followed:
         i = 0
         while i < n:
             chunk, j = [], i
-            while j < n and (not chunk or len(chunk) + len(items[j][1]) <= delivery.BATCH):
+            while j < n and (not chunk or len(chunk) + len(items[j][1]) <= delivery.PER_CALL):
                 chunk += items[j][1]
                 j += 1
             error = None
-            if chunk and not self.checked:  # until a batch of which the store holds nothing
+            if chunk and not self.checked:  # until a shipment of which the store holds nothing
                 try:
                     unheld = self._unheld(client, chunk)
                     self.checked, chunk = len(unheld) == len(chunk), unheld
@@ -164,7 +164,7 @@ class Follower:
     def __init__(self, client: Any):
         self.client, self.sender = client, delivery.sender(client)
         self.runs: dict[str, Followed] = {}
-        self.lock = threading.Lock()  # held while a run is shipped: a drain takes a run over between batches
+        self.lock = threading.Lock()  # held while a run is shipped: a drain takes a run over between shipments
         self._commands: list[tuple] = []
         self._guard = threading.Lock()  # the commands and the thread's start and end
         self._thread: threading.Thread | None = None
@@ -197,7 +197,7 @@ class Follower:
                 self._thread.start()
 
     def take(self, run_id: str) -> Followed | None:
-        """Stop shipping ``run_id`` here (after the batch under way) and return it (None: not followed)."""
+        """Stop shipping ``run_id`` here (after the shipment under way) and return it (None: not followed)."""
         with self._guard:
             for cmd in self._commands:
                 self.command(cmd)

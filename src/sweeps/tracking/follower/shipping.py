@@ -65,7 +65,7 @@ class Shipping:
     def _start(self, but: str | None = None) -> None:
         """Start the follower process, following every run this process follows (``but`` that
         run: its command follows), from their cursors, asking the store first (a follower that
-        died may have left a committed batch its cursor does not name)."""
+        died may have left a committed shipment its cursor does not name)."""
         self.stop()
         requests_r, requests_w = os.pipe()
         ready_r, ready_w = os.pipe()

@@ -1,25 +1,25 @@
 """How far a run's journal has reached MLflow (the cursor file `CURSOR` in the run's folder),
 and which process is moving it there (the run's ship lock, `SHIP_LOCK` beside it).
 
-The follower (`sweeps.tracking.follower.follower`) ships the journal's epochs in batches cut at epoch
-ends; once MLflow has taken a batch (``log_batch`` returned, so the store committed it), it records
-the batch's last epoch: the file then reads ``{"epoch": E}``, every journaled value through E is in
+The follower (`sweeps.tracking.follower.follower`) ships the journal's epochs to MLflow in shipments cut at
+epoch ends; once MLflow has taken a shipment (``log_batch`` returned, so the store committed it), it records
+the shipment's last epoch: the file then reads ``{"epoch": E}``, every journaled value through E is in
 the run (the epochs off the run's series stride are passed over, not sent).
 
 A replay looks only at the journal's epochs after E (`replay`:
 a resumed job, or a later start closing a run whose process died), asks the store which of their
-values it holds already (the cursor lags a batch where the follower was killed between the commit
+values it holds already (the cursor lags a shipment where the follower was killed between the commit
 and the write) and sends the rest. It does not
 read every metric's whole history: 10,000 epochs of ~20 metrics are ~200,000 rows.
 
-The cursor may lag behind the store by a batch, never lead it: it is written after the commit. It is
+The cursor may lag behind the store by a shipment, never lead it: it is written after the commit. It is
 written whole (a temporary file, then a rename), so a kill mid-write leaves the earlier cursor.
 
 The ship lock makes "what the run lacks" a fixed answer while a replay asks it. The process that
 ingests a run's values for its job — the job's store process, or the job's own process where it
 holds an in-process client — holds an ``flock`` on `SHIP_LOCK` from the run's start to its
 end (`hold`, `release`). A job killed with ``kill -9`` leaves its store process behind,
-answering what the job had sent it (its posted tags, the follower's batch under way) before it exits. A
+answering what the job had sent it (its posted tags, the follower's shipment under way) before it exits. A
 rerun's `mark_stale` waits for that lock (`wait_for_shipper`)
 before it replays the journal and closes the run: nothing of the dead job then lands after the
 replay, such as its ``sweeps.outcome=running`` over the ``killed`` the rerun wrote. The kernel
@@ -54,7 +54,7 @@ class Cursor:
 
     def read(self) -> int | None:
         """The last epoch MLflow holds every journaled value of; None where there is no readable
-        cursor (no batch of the run was taken yet, or the folder could not be written)."""
+        cursor (no shipment of the run was taken yet, or the folder could not be written)."""
         try:
             self._at = int(json.loads(self.path.read_text(encoding="utf-8"))["epoch"])
         except (OSError, ValueError, KeyError, TypeError):

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 # Keys that do not change what a job measures: where things are logged or stored, how the
 # console looks, whether to resume, and the price the report puts on device time. Everything else
 # (num_workers too: it changes timings) counts.
-IGNORED = ("mlflow", "log_every_s", "telemetry", "resume", "checkpoint", "cost", "dataset.root",
+IGNORED = ("mlflow", "log_every_s", "telemetry", "resume", "checkpoint", "cost", "diag", "dataset.root",
            "dataset.download", "dataset.if_missing")
 # Keys added after runs were stored, at their default: not hashed, so an upgrade does not make a
 # done job look new (it is still skipped or resumed); set to anything else they count.

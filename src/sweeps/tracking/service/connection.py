@@ -7,7 +7,7 @@ Why: a one-job command would spend ~2 s importing mlflow (~1.2 s) and opening it
 the config is valid (`sweeps.tracking.service.registry`); it imports mlflow and opens the
 store on the second core while the job imports torch and builds its data, and the job's process
 never imports mlflow: every store call — run creation, params, tags, the writer's metric
-batches, artifacts, resume, the summary — is a `RemoteClient`
+shipments, artifacts, resume, the summary — is a `RemoteClient`
 method call (`StoreService.call`; `StoreService.post` where the job need not wait
 yet) pickled to it over a pipe and answered there by an `mlflow.MlflowClient` (Weights &
 Biases' service process is the model).

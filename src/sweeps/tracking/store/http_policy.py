@@ -7,7 +7,7 @@ apart (`HTTP_RETRIES`, ~30-35 s with urllib3's jitter), so a server restarting w
 is not noticed. Once a call has failed all of them for want of an answer, the store counts as
 down in this process (`execute_guarded`): each later call is tried once until one is
 answered, so the rest of a job's end costs seconds, not ~30 s a call. The run writer retries its
-batches itself (`sweeps.tracking.follower.delivery.DOWN_S`), journal-first: nothing is lost either way.
+shipments itself (`sweeps.tracking.follower.delivery.DOWN_S`), journal-first: nothing is lost either way.
 """
 from __future__ import annotations
 

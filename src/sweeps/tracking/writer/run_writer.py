@@ -270,6 +270,12 @@ class RunWriter:
             path.write_bytes(data)
             self.client.log_artifact(self.run_id, str(path))
 
+    def log_file(self, path: str | Path, folder: str | None = None) -> None:
+        """Log the file at ``path`` as an artifact of the run, under ``folder`` (None: at the top),
+        now (a file of the job's, read by `mlflow.MlflowClient.log_artifact` where the store is:
+        this machine)."""
+        self.client.log_artifact(self.run_id, str(path), folder)
+
     def log_text(self, text: str, name: str) -> None:
         """Log ``text`` as the run's artifact ``name`` (see `set_tags` for when; journaled
         first: `append`)."""
