@@ -138,6 +138,15 @@ def test_a_job_logs_where_its_step_goes_the_class_it_supports_and_a_trace_that_o
         assert tags[names.BOTTLENECK_TAG] == "host-bound" and tags[names.DIAG_ADVICE_TAG] == "batch=64; compile=true"
     print("study 5's MLP at batch 32:", tags[names.BOTTLENECK_TAG], "-", tags[names.DIAG_EVIDENCE_TAG])
 
+    # sweeps.results' columns and the report's stacked bar
+    from sweeps.report import plots
+    from sweeps.report.results import job_record
+    from sweeps.report.runs import job_from_run
+
+    row = job_record(job_from_run(run))
+    assert row["bottleneck"] == tags[names.BOTTLENECK_TAG] and row[names.diag_pct("host")] == parts["host"]
+    assert plots.step_diagnosis([job_from_run(run)], tmp_path / "diagnosis.png").stat().st_size > 10_000
+
     client = store(tmp_path)
     trace = json.loads(open(client.download_artifacts(run.info.run_id, names.DIAG_TRACE, str(tmp_path))).read())
     phases = {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("sweeps::")}

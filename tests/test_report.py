@@ -46,7 +46,7 @@ def test_oom_rows_say_oom(batch_sweep):
 def test_figures_written_and_listed(batch_sweep):
     _, out, text = batch_sweep
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs == ["accuracy_vs_batch.png", "epoch_time_vs_batch.png", "phases.png"]
+    assert pngs == ["accuracy_vs_batch.png", "diagnosis.png", "epoch_time_vs_batch.png", "phases.png"]
     for name in pngs:
         data = (out / name).read_bytes()
         assert data.startswith(PNG) and len(data) > 5000

@@ -79,6 +79,7 @@ def write_report(client: MlflowClient, parent, out: Path, args: argparse.Namespa
         ("Steps and examples to target vs batch size", _to_target(jobs, out / "to_target.png")),
         ("Best learning rate vs batch size", best_lr.figure(jobs, out / "best_lr_vs_batch.png")),
         ("Phase breakdown per iteration", plots.phase_breakdown(jobs, out / "phases.png")),
+        ("Where a step goes (the diagnosis)", plots.step_diagnosis(jobs, out / "diagnosis.png")),
         ("Energy per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), names.GPU_ENERGY_J,
                                              "energy per epoch [J]", out / "energy_per_epoch.png")),
         ("Mean GPU power per epoch", plots.per_epoch(jobs, lambda r, k: history(client, r, k), names.GPU_POWER_W,

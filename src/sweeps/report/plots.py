@@ -77,6 +77,28 @@ def phase_breakdown(jobs: list[JobRecord], path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def step_diagnosis(jobs: list[JobRecord], path: Path) -> Path | None:
+    """Stacked bars: where each diagnosed job's step goes (``diag/<part>_pct``, 100 % a bar),
+    its bottleneck (tag ``diag.bottleneck``) above it; None where no job was diagnosed."""
+    rows = [j for j in jobs if all(names.diag_pct(p) in j.metrics for p in names.DIAG_PARTS)]
+    if not rows:
+        return None
+    fig = Figure(figsize=(max(6.4, 0.7 * len(rows) + 2), 4.6))
+    ax = fig.subplots()
+    bottom = [0.0] * len(rows)
+    for part in names.DIAG_PARTS:
+        values = [j.metrics[names.diag_pct(part)] for j in rows]
+        ax.bar(range(len(rows)), values, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    for i, j in enumerate(rows):
+        ax.annotate(j.tags.get(names.BOTTLENECK_TAG, ""), (i, 101), ha="center", va="bottom", fontsize=7)
+    ax.set_ylim(0, 112)
+    ax.set_xticks(range(len(rows)), [j.label() for j in rows], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("% of a step")
+    ax.legend(fontsize=8, ncols=len(names.DIAG_PARTS), loc="lower center", bbox_to_anchor=(0.5, 1.04))
+    return _save(fig, path)
+
+
 def inference_by_method(jobs: list[JobRecord], path: Path) -> Path | None:
     """Median time per batch (p10–p90 whiskers) per inference job, log scale: the naive host
     clock's error against the synchronized and CUDA-event timings is orders of magnitude."""

@@ -25,7 +25,8 @@ def job_record(job: JobRecord) -> dict[str, Any]:
     ``lr``, ``target`` (``reached``, ``missed`` or None), every swept key (its value as typed; a
     single run's overrides but its preset),
     then the report's figures (`COLUMNS`,
-    units in their names; ``None`` where the job logged none)."""
+    units in their names; ``None`` where the job logged none), and the diagnosis: ``bottleneck``
+    (tag ``diag.bottleneck``), ``advice`` ("; "-joined overrides) and the ``diag/*`` metrics."""
     row: dict[str, Any] = {"run_id": job.run_id, "name": job.name, "outcome": job.outcome, "error": job.error,
                            "sweep": job.tags.get(names.PARENT_RUN_TAG, "")}
     for key in ("model", "dataset", "device", "optimizer", "precision", "task"):
@@ -38,6 +39,10 @@ def job_record(job: JobRecord) -> dict[str, Any]:
     row["lr"] = job.metrics.get(names.LR)
     row["target"] = job.tags.get(names.TARGET_TAG)  # reached | missed | None (no target)
     row.update({key: job.metrics.get(key) for key in COLUMNS})
+    # the diagnosis (sweeps.bottleneck): the named bottleneck, its advice, where a step goes
+    row["bottleneck"] = job.tags.get(names.BOTTLENECK_TAG)
+    row["advice"] = job.tags.get(names.DIAG_ADVICE_TAG)
+    row.update({key: job.metrics.get(key) for key in names.DIAG_METRICS})
     return row
 
 

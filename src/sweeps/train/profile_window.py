@@ -326,7 +326,10 @@ def breakdown(trace: dict, wall_step_ms: float | None, cuda: bool, timed_step_ms
             gaps = _gaps([(e["ts"], e["ts"] + e["dur"]) for e, _ in inside], a, b)
             raw = sum(y - x for x, y in gaps)
             waiting = sum(_covered(flight, x, y) for x, y in gaps) / raw if raw > 0 else 0.0
-            rest = max(0.0, (b - a) - cost * held(a, b) - comm - ops)
+            budget = max(0.0, (b - a) - cost * held(a, b))  # the range without the profiler's recording
+            if comm + ops > budget:  # the recording this range held lay in its operators: theirs shrink
+                comm, ops = comm * budget / (comm + ops), ops * budget / (comm + ops)
+            rest = budget - comm - ops
             parts["communication"] += comm + waiting * rest
             parts["optimizer" if phase == "optimizer" else "compute"] += ops
             parts["host"] += (1 - waiting) * rest
