@@ -200,6 +200,56 @@ def test_after_import_compare_by_machine_sets_both_machines_side_by_side_and_war
     assert "differ in env.torch" in err.getvalue() and "2.8.0" in err.getvalue() and "2.9.0" in err.getvalue()
 
 
+def _timed(folder: Path, host: str, torch: str, epoch_s: float) -> str:
+    """A store under ``folder`` with one sweep of two CPU jobs (batch 32 at a median epoch of
+    ``epoch_s``, batch 64 at half that; 8,000 examples an epoch) as ``host`` with torch ``torch``
+    logs it; its tracking URI."""
+    folder.mkdir(parents=True, exist_ok=True)
+    client, exp = open_store(_uri(folder), "study")
+    machine = {names.ENV_HOST: host, names.HARDWARE_TAG: f"{host} / cpu x", names.ENV_TORCH: torch,
+               names.ENV_GPUS: "none"}
+    parent = client.create_run(exp, run_name="sweep", tags={names.KIND_TAG: "sweep", **machine}).info.run_id
+    for batch in (32, 64):
+        tags = {**machine, names.PARENT_RUN_TAG: parent, names.OVERRIDES_TAG: f"batch={batch}",
+                names.OUTCOME_TAG: names.OK}
+        rid = client.create_run(exp, run_name=f"mlp b{batch}", tags=tags).info.run_id
+        params = {"model": "mlp", "dataset": "synthetic", "device": "cpu", "task": "train", "batch": batch,
+                  names.TRAIN_EXAMPLES: 8000}
+        metrics = {names.BATCH: batch, names.LR: 0.1, names.MEDIAN_EPOCH_S: epoch_s * 32 / batch}
+        client.log_batch(rid, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
+                         params=[Param(k, str(v)) for k, v in params.items()])
+        client.set_terminated(rid, "FINISHED")
+    client.set_terminated(parent, "FINISHED")
+    return _uri(folder)
+
+
+def test_after_import_the_verdict_sets_each_machine_s_device_apart_and_warns_of_other_software(tmp_path):
+    import sweeps
+    from sweeps.report import verdict, verdict_text
+    from sweeps.report.selection import Selection, select_jobs
+
+    b = _timed(tmp_path / "b", "machine-b", "2.9.0", epoch_s=0.5)  # twice machine A's samples/s
+    alone = sweeps.verdict("study", tracking_uri=b)  # one machine: the verdict reads as it always did
+    assert list(alone.device) == ["cpu"] and not alone.note.str.contains("differ in").any()
+    export_bundle("study", tmp_path / "b.zip", tracking_uri=b)
+    a = _timed(tmp_path / "a", "machine-a", "2.8.0", epoch_s=1.0)
+    import_bundle(tmp_path / "b.zip", tracking_uri=a)
+
+    df = sweeps.verdict("study", tracking_uri=a)
+    rows = {r.device: r for r in df.itertuples()}
+    assert sorted(rows) == ["cpu on machine-a", "cpu on machine-b"]
+    assert (rows["cpu on machine-b"].wins, rows["cpu on machine-a"].wins) == (True, False)
+    assert rows["cpu on machine-b"].speedup == pytest.approx(2.0)  # 32,000 vs 16,000 samples/s at batch 64
+    assert rows["cpu on machine-a"].samples_per_s == pytest.approx(16_000)
+    for r in rows.values():  # the words of --compare (sweeps.report.compare), each value with its machine's device
+        warning = r.note.split("compared runs differ in env.torch, not only in machine: ", 1)[1]
+        assert sorted(warning.split("; ")) == ["2.8.0 (cpu on machine-a)", "2.9.0 (cpu on machine-b)"]
+    client = MlflowClient(a)
+    ((_, text),) = verdict_text.paragraphs(verdict.findings(select_jobs(client, Selection(experiments=["study"]))))
+    assert "cpu on machine-b wins: 2.00× cpu on machine-a (samples/s)." in text
+    assert "differ in env.torch" in text.split("cpu on machine-a: ", 1)[1]
+
+
 # ── refused files: one line, exit 2, the target store unchanged ──────────────────────────────
 
 def _rewrite(bundle: Path, out: Path, change) -> Path:

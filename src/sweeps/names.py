@@ -243,6 +243,16 @@ DIAG_METRICS = (*map(diag_pct, DIAG_PARTS), DIAG_STEP_MS, DIAG_WALL_STEP_MS, DIA
 # the named bottleneck (sweeps.bottleneck.CLASSES), the rule and figures behind it, the advised overrides ("; "-joined)
 BOTTLENECK_TAG, DIAG_EVIDENCE_TAG, DIAG_ADVICE_TAG = "diag.bottleneck", "diag.evidence", "diag.advice"
 DIAG_TRACE = "diag/trace.json"  # artifact: the profiled window's Chrome trace (Perfetto, chrome://tracing)
+# python -m sweeps.advise (docs/reading-results.md, "Checking the advice"): on the diagnosed run, per advised key,
+# the measured gain of its A/B sweep ("1.80× [1.50, 2.10] per epoch, 3 repeats each ...; A/B sweep <id>"); on the
+# A/B sweep's parent and job runs, the diagnosed run they check (so a later check passes them over)
+DIAG_CHECKED_TAG_PREFIX, DIAG_CHECKS_TAG = "diag.checked.", "diag.checks"
+
+
+def diag_checked(key: str) -> str:
+    """``diag.checked.<key>``: the tag holding the measured gain of the advice on ``key``."""
+    return f"{DIAG_CHECKED_TAG_PREFIX}{key}"
+
 
 SUMMARY_METRICS = (FIRST_EPOCH_S, MEDIAN_EPOCH_S, TOTAL_S, COMPILE_S, WARMUP_S, JOB_S, OVERHEAD_S, OVERHEAD_FRAC,
                    EPOCH_P10_S, EPOCH_P90_S, EPOCH_MAD_S, OTHER_CPU_MEAN_PCT, FINAL_ACC, FINAL_RMSE, PEAK_MB,

@@ -101,10 +101,11 @@ def _sort_key(values: list[str]) -> tuple:
     return tuple(out)
 
 
-def _mismatches(configs: dict[str, dict[str, list[JobRecord]]], by: list[str], shown_by: str) -> list[str]:
+def mismatches(configs: dict[str, dict[str, list[JobRecord]]], by: list[str], shown_by: str) -> list[str]:
     """One line per software tag whose value differs among the runs of one configuration, and one
     line for the machine tags (unless grouping by machine: they differ together): what else,
-    besides ``by``, the comparison compares — each value with the groups that ran with it."""
+    besides ``by``, the comparison compares — each value with the groups that ran with it (the
+    verdict's device comparison says it too, `sweeps.report.verdict`)."""
     def where(key: str) -> dict[str, set[str]]:  # value → the groups that ran with it
         found: dict[str, set[str]] = {}
         for by_group in configs.values():
@@ -159,4 +160,4 @@ def compare(jobs: list[JobRecord], by: list[str], baseline: str | None = None) -
     configs = {c: configs[c] for c in sorted(configs, key=order.__getitem__)}
     asked = ", ".join(b if b == k else f"{b} ({k})" for b, k in zip(by, keys))
     return Comparison(keys, asked, groups, baseline, configs, label_keys,
-                      _mismatches(configs, keys, "/".join(by)))
+                      mismatches(configs, keys, "/".join(by)))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from sweeps import names
 from sweeps.report import best_lr, cost
+from sweeps.report.compare import mismatches
 from sweeps.report.pick import Figure, Pick, drift, figure, rank
 from sweeps.report.model_label import model_label
 from sweeps.report.runs import JobRecord, memory_key, used_device
@@ -41,7 +42,7 @@ class Finding:
     model: str  # what ran (`sweeps.report.model_label.model_label`: WRN-10-1 for wrn28_10 at depth 10, width 1)
     dataset: str
     train_size: int | None  # dataset.train_size (None: the whole set)
-    device: str  # the swept device value(s), else the device type the jobs ran on
+    device: str  # the swept device value(s), else the device type the jobs ran on ("cpu on host-b": several machines)
     batches: int  # how many batch sizes ran ok
     best_batch: float | None  # the headline pick: fastest to target where a batch reached it, else highest throughput
     best_lr: float | None  # the effective lr at the best batch
@@ -178,8 +179,16 @@ def _fits(jobs: list[JobRecord], ok_batches: list[float], fits: dict[tuple, int]
     return (max(ok_batches) if ok_batches else None), "all tried fit"
 
 
-def _device(job: JobRecord) -> str:
-    return " ".join(v for k, v in job.swept.items() if k in DEVICE_KEYS) or used_device(job.params, job.tags)
+def _machine(job: JobRecord) -> str | None:
+    """The host ``job`` ran on: tag ``env.host``, else the host part of ``sweeps.hardware`` (None: neither)."""
+    return job.tags.get(names.ENV_HOST) or job.tags.get(names.HARDWARE_TAG, "").split(" / ")[0] or None
+
+
+def _device(job: JobRecord, machines: bool = False) -> str:
+    """The swept device value(s), else the device type ``job`` ran on — ``"cpu on host-b"`` where
+    the verdict's jobs span ``machines``: each machine's device is a device of its own."""
+    device = " ".join(v for k, v in job.swept.items() if k in DEVICE_KEYS) or used_device(job.params, job.tags)
+    return f"{device} on {host}" if machines and (host := _machine(job)) else device
 
 
 def _size(job: JobRecord) -> int | None:
@@ -351,7 +360,9 @@ def _compare(cells: list[tuple[Finding, list[JobRecord]]]) -> str | None:
     """Mark the winning device among ``cells`` (one group at one size, a device each): by time to
     target where every device reached it, else by samples/s, each at its own best batch, picked
     by the rule of `sweeps.report.pick`; returns the winner's device (None: fewer than two
-    devices with figures, or a tie, which the rows' notes then state)."""
+    devices with figures, or a tie, which the rows' notes then state). Where the devices' runs
+    differ in software (``env.torch``, ``env.cuda``, …), each row's note says so
+    (`sweeps.report.compare.mismatches`)."""
     use_time = all(f.target_figure is not None for f, _ in cells)
     scores = {f.device: (f.target_figure if use_time else f.throughput_figure) for f, _ in cells}
     scores = {d: s for d, s in scores.items() if s is not None}
@@ -364,10 +375,13 @@ def _compare(cells: list[tuple[Finding, list[JobRecord]]]) -> str | None:
     why = (f"{' and '.join(pick.tied)} tie on {what} "
            + ("(their runs' ranges overlap)" if not pick.single else "(within 10% on one run each)")
            if pick.best is None else "")
+    machines = len({m for _, js in cells for j in js if (m := _machine(j))}) > 1
+    software = mismatches({"all": {f.device: js for f, js in cells}}, [names.HARDWARE_TAG],
+                          "machine" if machines else "device")
     for f, _ in cells:
         f.wins = None if pick.best is None else f.device == pick.best
         f.speedup = None if pick.best is None else margin
-        f.note = "; ".join(n for n in (f.note, why) if n)
+        f.note = "; ".join(n for n in (f.note, why, *software) if n)
     return pick.best
 
 
@@ -375,12 +389,15 @@ def findings(jobs: list[JobRecord], fits: dict[tuple, int] | None = None) -> lis
     """One [`Finding`][sweeps.report.verdict.Finding] per group × data size × device of the training jobs in ``jobs``
     (``task=inference`` and ``task=max_batch`` jobs are left out; ``fits``:
     `sweeps.report.runs.max_batches`), in the order the jobs ran; devices compared at each
-    size, and the crossover set where the winner changes over ``dataset.train_size``."""
+    size, and the crossover set where the winner changes over ``dataset.train_size``. Where the
+    jobs ran on more than one machine (``env.host``), each machine's device is a device of its
+    own (``"cpu on host-a"``, ``"cpu on host-b"``): the machines are compared side by side."""
     cells: dict[str, dict[int | None, dict[str, list[JobRecord]]]] = {}
-    for j in jobs:
-        if j.params.get("task", "train") == "train" and names.INFER_MEDIAN_MS not in j.metrics:
-            group = cells.setdefault(j.label(exclude=GROUP_EXCLUDE), {})
-            group.setdefault(_size(j), {}).setdefault(_device(j), []).append(j)
+    train = [j for j in jobs if j.params.get("task", "train") == "train" and names.INFER_MEDIAN_MS not in j.metrics]
+    machines = len({m for j in train if (m := _machine(j))}) > 1  # e.g. a sweep imported from another machine
+    for j in train:
+        group = cells.setdefault(j.label(exclude=GROUP_EXCLUDE), {})
+        group.setdefault(_size(j), {}).setdefault(_device(j, machines), []).append(j)
     out = []
     for label, by_size in cells.items():
         winners: dict[int, str] = {}

@@ -112,8 +112,10 @@ def _cycled(loader, n: int) -> Iterator:
     return itertools.islice(itertools.chain.from_iterable(itertools.repeat(loader)), n)
 
 
-# a line of the profiler's C++ library (kineto): "USDT:2026-01-02 10:00:00 123:123 File.cpp:39] ..."
-KINETO_LINE = re.compile(rb"^[A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \w+\.cpp:\d+\]")
+# a line of the profiler's C++ library (kineto): "USDT:2026-01-02 10:00:00 123:123 File.cpp:39] ...",
+# or its note that a later profiler started in another thread than the first ("External init callback ...")
+KINETO_LINE = re.compile(rb"^([A-Z]+:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \w+\.cpp:\d+\]"
+                         rb"|ERROR: External init callback must run in same thread)")
 
 
 @contextmanager
