@@ -227,3 +227,25 @@ def test_priced_jobs_with_a_target_get_both_money_columns():
     assert (cells["cost per epoch [EUR]"], cells["cost to target [EUR]"]) == ("0.002", "0.004")  # 3.6/h × 2 s, × 4 s
     (_, table), = reference_tables([_job(32, 0.1, 250)])
     assert "cost" not in table
+
+
+def test_the_verdict_says_what_holds_the_picked_batch_back_and_what_its_advice_measured():
+    """One clause per best configuration: its bottleneck with the evidence, each advice with what
+    ``python -m sweeps.advise`` measured, or the advice still to try."""
+    jobs = [_job(32, 0.1, 400), _job(64, 0.1, 100), _job(128, 0.1, 100)]  # batch 64 fastest to target
+    for j in jobs:
+        j.tags.update({names.BOTTLENECK_TAG: "input-bound",
+                       names.DIAG_EVIDENCE_TAG: "46 % of each step waits for data (rule: ≥ 25 %; 2 ms a step)",
+                       names.DIAG_ADVICE_TAG: "dataset.loader=device; dataset.num_workers=1"})
+    (f,) = verdict.findings(jobs)
+    assert f.best_batch is not None
+    pick = next(j for j in jobs if j.batch == f.best_batch)
+    pick.tags[names.diag_checked("dataset.loader")] = "2.30× [2.10, 2.40] per epoch, 3 repeats each; A/B sweep abc"
+    (f,) = verdict.findings(jobs)
+    assert f.diagnosis == ("input-bound: 46 % of each step waits for data (rule: ≥ 25 %; 2 ms a step); "
+                           "dataset.loader=device measured 2.30× [2.10, 2.40] per epoch, 3 repeats each; "
+                           "to try: dataset.num_workers=1 (python -m sweeps.advise)")
+    assert f"what holds batch {f.best_batch:.0f} back: input-bound: 46 %" in verdict_text.sentence(f)
+    undiagnosed = [_job(32, 0.1, 100), _job(64, 0.1, 100)]
+    (plain,) = verdict.findings(undiagnosed)
+    assert plain.diagnosis == "" and "holds" not in verdict_text.sentence(plain)

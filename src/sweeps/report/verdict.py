@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field
 
 from sweeps import names
@@ -74,6 +75,8 @@ class Finding:
     held: str  # un-swept conditions that differ between the jobs ("" when all held): no comparison made
     drift: str  # what identical repeats say of the machine drifting over the sweep ("" when nothing)
     note: str  # the spread, ties and noise behind the picks ("" when none)
+    # what holds the picked configuration back and what its advice measured (tags diag.*), "" when not diagnosed
+    diagnosis: str = ""
     target_figure: Figure | None = field(default=None, repr=False)  # time to target at target_batch [s]
     throughput_figure: Figure | None = field(default=None, repr=False)  # samples/s at throughput_batch
 
@@ -304,6 +307,28 @@ def _drift(jobs: list[JobRecord]) -> str:
     return drift(pairs)
 
 
+def _diagnosis(chosen: list[JobRecord]) -> str:
+    """The picked configuration's diagnosis in one clause: its bottleneck and evidence (the most
+    common among its runs), then each advice with what ``python -m sweeps.advise`` measured for
+    it, or the advice to try where nothing was measured yet."""
+    tagged = [j for j in chosen if names.BOTTLENECK_TAG in j.tags and not j.tags[names.BOTTLENECK_TAG].startswith("unknown")]
+    if not tagged:
+        return ""
+    common = Counter(j.tags[names.BOTTLENECK_TAG] for j in tagged).most_common(1)[0][0]
+    job = next(j for j in tagged if j.tags[names.BOTTLENECK_TAG] == common)
+    clause = f"{common}: {job.tags.get(names.DIAG_EVIDENCE_TAG, '')}".rstrip(": ")
+    checked = {k[len(names.DIAG_CHECKED_TAG_PREFIX):]: v.split("; A/B sweep")[0]
+               for j in tagged for k, v in j.tags.items() if k.startswith(names.DIAG_CHECKED_TAG_PREFIX)}
+    advice = [a for a in job.tags.get(names.DIAG_ADVICE_TAG, "").split("; ") if a]
+    measured = [f"{a} measured {checked[a.split('=')[0]]}" for a in advice if a.split("=")[0] in checked]
+    untried = [a for a in advice if a.split("=")[0] not in checked]
+    if measured:
+        clause += "; " + "; ".join(measured)
+    if untried:
+        clause += f"; to try: {', '.join(untried)} (python -m sweeps.advise)"
+    return clause
+
+
 def finding(group: str, device: str, jobs: list[JobRecord], fits: dict[tuple, int]) -> Finding:
     """The [`Finding`][sweeps.report.verdict.Finding] of ``jobs``: one group at one data size on one device."""
     choices = best_lr.choose(jobs)
@@ -352,7 +377,7 @@ def finding(group: str, device: str, jobs: list[JobRecord], fits: dict[tuple, in
         _med([e for j in chosen if (e := cost.energy_to_target(j)) is not None]),
         _med([m for j in chosen if (m := cost.per_epoch(j)) is not None]),
         _med([m for j in chosen if (m := cost.to_target(j)) is not None]),
-        cost.currency(jobs), None, None, None, differs, _drift(jobs), "; ".join(notes),
+        cost.currency(jobs), None, None, None, differs, _drift(jobs), "; ".join(notes), _diagnosis(chosen),
         to_target.get(t_lead) if t_lead is not None else None, speed.get(s_lead) if s_lead is not None else None)
 
 

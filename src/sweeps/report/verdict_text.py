@@ -52,8 +52,9 @@ def sentence(f: Finding, size: bool = True) -> str:
     ``size``, a group that varies it): an unreachable target first; then the two answers, named
     — fastest to target and highest throughput, each with its figure, run count and range, or the
     batches that tie — and, without a target, the quality each batch reached; the lr per batch and
-    what the lr grid cannot tell; the knee, the largest batch that fits, energy, money; then a
-    note of what differs, ties, the spread and drift."""
+    what the lr grid cannot tell; the knee, the largest batch that fits, energy, money, what holds
+    the picked batch back (its diagnosis, and what its advice measured); then a note of what
+    differs, ties, the spread and drift."""
     parts = [f.target_missed] if f.target_missed else []
     several = f.batches > 1
     if f.target_batch is not None:
@@ -95,6 +96,9 @@ def sentence(f: Finding, size: bool = True) -> str:
     if f.cost_per_epoch is not None:
         to_target = f", {_money(f.cost_to_target, f.currency)} to target" if f.cost_to_target is not None else ""
         parts.append(f"cost {_money(f.cost_per_epoch, f.currency)} per epoch{to_target}")
+    if f.diagnosis:
+        parts.append(f"what holds batch {_num(f.best_batch)} back: {f.diagnosis}" if f.best_batch is not None
+                     else f.diagnosis)
     rows = f" at {f.train_size:,} rows" if size and f.train_size is not None else ""
     text = f"{f.device}{rows}: " + "; ".join(parts) + "."
     notes = "; ".join(n for n in (f.note, f"the machine drifted: {f.drift}" if f.drift else "") if n)
