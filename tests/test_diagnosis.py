@@ -192,3 +192,19 @@ def test_real_mnist_digits_through_a_dataloader_without_workers_are_input_bound(
     tags = run.data.tags
     assert tags[names.BOTTLENECK_TAG] == "input-bound", tags[names.DIAG_EVIDENCE_TAG]
     assert tags[names.DIAG_ADVICE_TAG].startswith("dataset.num_workers=")  # PNG files: no device loader
+
+
+def test_a_hook_waiting_inside_an_operator_for_a_collective_is_communication():
+    """DDP's gradient hook runs inside ``AccumulateGrad`` and waits there for the all-reduce: the
+    time that operator runs none of its own while a collective is in flight is communication."""
+    from sweeps.train.profile_window import breakdown
+
+    ev = [_x("sweeps::data", 0, 10, "user_annotation"), _x("sweeps::forward", 10, 30, "user_annotation"),
+          _x("aten::linear", 12, 18), _x("sweeps::backward", 40, 30, "user_annotation"),
+          _x("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 42, 26),
+          _x("aten::add_", 43, 2), _x("sweeps::optimizer", 70, 10, "user_annotation"),
+          _x("aten::_foreach_add_", 71, 8), _x("gloo:all_reduce", 45, 20, "user_annotation", tid=2)]
+    b = breakdown({"traceEvents": ev}, None, cuda=False)
+    # the hook's 26 µs: 2 in its add_, 20 of the other 24 with the all-reduce in flight
+    assert b.parts_pct["communication"] == pytest.approx(100 * 20 / 80)
+    assert b.parts_pct["compute"] == pytest.approx(100 * (18 + 6) / 80)

@@ -309,6 +309,8 @@ def breakdown(trace: dict, wall_step_ms: float | None, cuda: bool, timed_step_ms
     per_step = held(steps[0]["data"]["ts"], steps[-1]["optimizer"]["ts"] + steps[-1]["optimizer"]["dur"]) / n
     cost = max(0.0, profiled - timed_step_ms * 1e3) / per_step if timed_step_ms and per_step else 0.0  # µs an event
     top = _nested([e for e in mine if e.get("cat") == "cpu_op"])  # what runs (annotations only group it)
+    outer = {id(e) for e, _ in top}
+    nested = [(e["ts"], e["ts"] + e["dur"]) for e in mine if e.get("cat") == "cpu_op" and id(e) not in outer]
     flight = _union([(e["ts"], e["ts"] + e["dur"]) for e in events  # collectives, on any thread
                      if e.get("cat") in ("cpu_op", "user_annotation") and _is_communication(e.get("name", ""))])
     parts = dict.fromkeys(("data", "host", "compute", "optimizer", "communication"), 0.0)
@@ -328,6 +330,13 @@ def breakdown(trace: dict, wall_step_ms: float | None, cuda: bool, timed_step_ms
             gaps = _gaps([(e["ts"], e["ts"] + e["dur"]) for e, _ in inside], a, b)
             raw = sum(y - x for x, y in gaps)
             waiting = sum(_covered(flight, x, y) for x, y in gaps) / raw if raw > 0 else 0.0
+            # an operator that holds others (DDP's gradient hook inside AccumulateGrad) and runs none of
+            # them while a collective is in flight is waiting for it: that time is communication too
+            if flight:
+                held_up = sum(_covered(flight, x, y) for e, k in inside if k > 1 and not _is_communication(e["name"])
+                              for x, y in _gaps(nested, e["ts"], e["ts"] + e["dur"]))
+                held_up = min(held_up, ops)
+                comm, ops = comm + held_up, ops - held_up
             budget = max(0.0, (b - a) - cost * held(a, b))  # the range without the profiler's recording
             if comm + ops > budget:  # the recording this range held lay in its operators: theirs shrink
                 comm, ops = comm * budget / (comm + ops), ops * budget / (comm + ops)
