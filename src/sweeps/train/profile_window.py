@@ -49,6 +49,7 @@ from sweeps.names import PHASES
 RANGE_PREFIX = "sweeps::"
 # Op names of collectives and of DDP's wait for them (torch.distributed's c10d ops, the backends'
 # own annotations, the reducer's comm hook)
+REDUCER = "torch.distributed.ddp.reducer::"  # DDP's reducer's own annotations (bucket copies)
 COMMUNICATION = ("c10d::", "all_reduce", "allreduce", "all_gather", "broadcast", "reduce_scatter", "barrier",
                  "gloo:", "nccl:", "record_param_comms", "ProcessGroup", "DDP::", "Reducer::")
 
@@ -56,26 +57,26 @@ COMMUNICATION = ("c10d::", "all_reduce", "allreduce", "all_gather", "broadcast",
 class ProfilingTimer:
     """`sweeps.train.timing.PhaseTimer`'s interface (``start``, ``mark``, ``summary``) for the
     profiled window: each phase a ``record_function`` range, the profiler stepped after each
-    step's last mark, and the host clock (s) read at the first recorded step's start and the last
-    one's end (synchronized on the device)."""
+    step's last mark, and each recorded step's span on the host clock (from its first range's
+    start to its last range's end, synchronized on the device; the profiler's stepping between
+    steps left out, as the trace's steps leave it out)."""
 
     def __init__(self, prof, device: torch.device, warmup: int):
         self.prof, self.device, self.warmup = prof, device, warmup
         self.steps = 0  # steps completed (warm-up included)
         self.i = 0
         self.range = None
-        self.started_s: float | None = None
-        self.ended_s: float | None = None
+        self.step_started = 0.0
+        self.recorded_s, self.recorded = 0.0, 0  # the recorded steps' host-clock time (s) and count
 
     def _begin(self, i: int) -> None:
         self.i = i
+        if i == 0:
+            self.step_started = time.perf_counter()
         self.range = torch.profiler.record_function(RANGE_PREFIX + PHASES[i])
         self.range.__enter__()
 
     def start(self) -> None:
-        if self.warmup == 0 and self.started_s is None:
-            devices.of(self.device).synchronize(self.device)
-            self.started_s = time.perf_counter()
         self._begin(0)
 
     def mark(self) -> None:
@@ -85,12 +86,11 @@ class ProfilingTimer:
             return
         devices.of(self.device).synchronize(self.device)  # inside the optimizer's range: the step's device work ends in it
         self.range.__exit__(None, None, None)
+        ended = time.perf_counter()
         self.steps += 1
-        if self.steps >= self.warmup:
-            now = time.perf_counter()
-            if self.steps == self.warmup:
-                self.started_s = now
-            self.ended_s = now
+        if self.steps > self.warmup:
+            self.recorded_s += ended - self.step_started
+            self.recorded += 1
         self.prof.step()
         self._begin(0)
 
@@ -100,11 +100,9 @@ class ProfilingTimer:
             self.range = None
         return {"total_ms": 0.0, "steps": self.steps, **{p: 0.0 for p in PHASES}}
 
-    def wall_step_ms(self, recorded: int) -> float | None:
+    def wall_step_ms(self) -> float | None:
         """The recorded steps' mean time on the host clock (ms), or None before any."""
-        if self.started_s is None or self.ended_s is None or recorded <= 0:
-            return None
-        return (self.ended_s - self.started_s) * 1e3 / recorded
+        return self.recorded_s * 1e3 / self.recorded if self.recorded else None
 
 
 def _cycled(loader, n: int) -> Iterator:
@@ -168,7 +166,7 @@ def measure(trainer, loader, steps: int = 20, warmup: int = 3, trace_path: str |
             timer = ProfilingTimer(prof, device, warmup)
             trainer.timer, trainer.tty = timer, False
             trainer.train_epoch(_cycled(loader, warmup + steps), "profile")
-        wall = timer.wall_step_ms(steps)
+        wall = timer.wall_step_ms()
         return breakdown(json.loads(path.read_text()), wall, cuda, timed_step_ms)
     finally:
         trainer.timer, trainer.tty = saved_timer, saved_tty
@@ -310,7 +308,13 @@ def breakdown(trace: dict, wall_step_ms: float | None, cuda: bool, timed_step_ms
     cost = max(0.0, profiled - timed_step_ms * 1e3) / per_step if timed_step_ms and per_step else 0.0  # µs an event
     top = _nested([e for e in mine if e.get("cat") == "cpu_op"])  # what runs (annotations only group it)
     outer = {id(e) for e, _ in top}
-    nested = [(e["ts"], e["ts"] + e["dur"]) for e in mine if e.get("cat") == "cpu_op" and id(e) not in outer]
+    inner = sorted((e for e in mine if id(e) not in outer), key=lambda e: e["ts"])
+    nested = [(e["ts"], e["ts"] + e["dur"]) for e in inner if e.get("cat") == "cpu_op"]
+    inner_starts = [e["ts"] for e in inner]
+
+    def _holds_reducer(op: dict) -> bool:  # an event of DDP's reducer inside ``op``
+        lo, hi = bisect.bisect_left(inner_starts, op["ts"]), bisect.bisect_left(inner_starts, op["ts"] + op["dur"])
+        return any(e["name"].startswith(REDUCER) for e in inner[lo:hi])
     flight = _union([(e["ts"], e["ts"] + e["dur"]) for e in events  # collectives, on any thread
                      if e.get("cat") in ("cpu_op", "user_annotation") and _is_communication(e.get("name", ""))])
     parts = dict.fromkeys(("data", "host", "compute", "optimizer", "communication"), 0.0)
@@ -330,10 +334,11 @@ def breakdown(trace: dict, wall_step_ms: float | None, cuda: bool, timed_step_ms
             gaps = _gaps([(e["ts"], e["ts"] + e["dur"]) for e, _ in inside], a, b)
             raw = sum(y - x for x, y in gaps)
             waiting = sum(_covered(flight, x, y) for x, y in gaps) / raw if raw > 0 else 0.0
-            # an operator that holds others (DDP's gradient hook inside AccumulateGrad) and runs none of
-            # them while a collective is in flight is waiting for it: that time is communication too
+            # DDP's reducer runs as a hook inside the autograd operator that accumulated the gradient: the
+            # time that operator runs none of its own operators there (bucketing, launching the all-reduce,
+            # waiting for it and for the other ranks) is communication, not compute
             if flight:
-                held_up = sum(_covered(flight, x, y) for e, k in inside if k > 1 and not _is_communication(e["name"])
+                held_up = sum(y - x for e, k in inside if k > 1 and _holds_reducer(e)
                               for x, y in _gaps(nested, e["ts"], e["ts"] + e["dur"]))
                 held_up = min(held_up, ops)
                 comm, ops = comm + held_up, ops - held_up
